@@ -1,0 +1,113 @@
+"""The ``testbed`` command line: a thin layer over library functions.
+
+Every subcommand parses its arguments, calls one function of the library, and
+prints. A ``UserError`` becomes one line on stderr and exit code 2; Ctrl-C exits
+130 after the run folder has been marked ``incomplete``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from testbed.errors import EXIT_USER_ERROR, UserError
+
+__all__ = ["app", "main", "summary_table"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Emulate parameter-server training on Ray, predict it with a model, compare.")
+# Wide enough for the summary table when the output is a file or a pipe.
+out_console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+
+def summary_table(frame) -> Table:
+    """A compact table of a run's summary: one row per config and repeat."""
+    table = Table(title="summary (means per step)", show_lines=False)
+    cols = [("config_id", "config"), ("repeat", "rep"), ("workers", "N"), ("servers", "S"),
+            ("gradient_bytes", "grad"), ("init_s", "init s"), ("train_s", "train s"),
+            ("steps_per_s", "steps/s"), ("compute_mean_s", "compute ms"), ("push_mean_s", "push ms"),
+            ("queue_mean_s", "queue ms"), ("apply_mean_s", "apply ms")]
+    from testbed.units import format_bytes
+    for _, title in cols:
+        table.add_column(title, justify="right")
+    for _, row in frame.iterrows():
+        cells = []
+        for key, _ in cols:
+            v = row[key]
+            if key == "gradient_bytes":
+                cells.append(format_bytes(v))
+            elif key.endswith("_mean_s"):
+                cells.append("-" if v != v else f"{v * 1e3:.3f}")
+            elif isinstance(v, float):
+                cells.append(f"{v:.3f}")
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
+    return table
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=False, disable=not err_console.is_terminal and "CI" in os.environ)
+
+
+@app.command()
+def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
+        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
+        set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)")) -> None:
+    """Run every config x repeat of SPEC and write a run folder."""
+    from testbed.run import run_experiment
+    from testbed.spec import load_spec
+
+    experiment = load_spec(spec, overrides=set_)
+    with _progress() as bar:
+        task = bar.add_task(experiment.name, total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        folder = run_experiment(experiment, out=out, address=address, progress=progress)
+    out_console.print(summary_table(folder.summary()))
+    out_console.print(f"results: {folder.path}")
+
+
+@app.command()
+def version() -> None:
+    """Print the testbed's version."""
+    from testbed import __version__
+    out_console.print(__version__)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as err:
+        err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        err_console.print("interrupted: finished configs are kept; the run folder is marked incomplete",
+                          markup=False, highlight=False)
+        return 130
+    except Exception as err:  # click's usage errors carry their own exit code
+        import click
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            return EXIT_USER_ERROR
+        if isinstance(err, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Running an experiment: every config x repeat on Ray, events collected, folder written.
+
+This is the one place that wires actors together. For each config and repeat:
+start the shard and worker actors (timed as ``setup``), run the initialization
+phase (``init``), run the training loop (``train``), collect every actor's events,
+check that no update was lost, write the events atomically, stop the actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import psutil
+
+from actors.server import ServerActor
+from actors.worker import WorkerActor
+from testbed.cluster import check_address, ray_session
+from testbed.errors import UserError
+from testbed.guard import check_memory, object_store_bytes_needed
+from testbed.records import EventRecorder, Phase, Role, concat_columns, events_to_columns
+from testbed.rundir import RunFolder, default_run_dir
+from testbed.spec import ExperimentSpec, RunConfig, expand
+from testbed.summary import summarize
+
+__all__ = ["ConfigOutcome", "run_config", "run_experiment", "LostUpdates"]
+
+
+class LostUpdates(RuntimeError):
+    """A shard applied a different number of updates than the workers pushed: a testbed bug."""
+
+
+@dataclasses.dataclass
+class ConfigOutcome:
+    config_id: str
+    repeat: int
+    columns: dict[str, list]
+    server_stats: list[dict[str, Any]]
+    worker_steps: list[int]
+    nodes: dict[str, dict[str, Any]]
+    parameters: Optional[list[Any]] = None
+    status: str = "ok"
+
+
+def _remote_classes(cfg: RunConfig):
+    import ray
+    server_cls = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=cfg.workers + 4)
+    worker_cls = ray.remote(WorkerActor).options(num_cpus=0)
+    return server_cls, worker_cls
+
+
+def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: bool = False) -> ConfigOutcome:
+    """Run one config once on the Ray this process is connected to."""
+    import ray
+
+    driver_node = ray.get_runtime_context().get_node_id()
+    rec = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat, actor="driver",
+                        role=Role.DRIVER, node=driver_node)
+    server_cls, worker_cls = _remote_classes(cfg)
+    servers, workers = [], []
+    try:
+        with rec.timed(Phase.SETUP):
+            servers = [server_cls.remote(shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
+                                         run_id=run_id, config_id=cfg.config_id, repeat=repeat)
+                       for i, (lo, hi) in enumerate(cfg.shard_bounds())]
+            workers = [worker_cls.remote(cfg, i, servers, run_id, repeat) for i in range(cfg.workers)]
+            identities = ray.get([a.ready.remote() for a in servers + workers])
+        with rec.timed(Phase.INIT):
+            ray.get([w.init.remote() for w in workers])
+        with rec.timed(Phase.TRAIN):
+            steps = ray.get([w.train.remote() for w in workers])
+        exports = ray.get([a.events.remote() for a in servers + workers])
+        stats = ray.get([s.stats.remote() for s in servers])
+        params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
+    finally:
+        for actor in servers + workers:
+            ray.kill(actor)
+    names = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
+    pushed = sum(steps)
+    for st in stats:
+        if st["updates"] != pushed:
+            raise LostUpdates(f"{cfg.config_id}: shard {st['shard']} applied {st['updates']} updates, "
+                              f"workers pushed {pushed}")
+    columns = events_to_columns([rec.export(), *exports])
+    return ConfigOutcome(cfg.config_id, repeat, columns, stats, steps, dict(zip(names, identities)), params)
+
+
+def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
+                   progress: Optional[Callable[[str, int, int], None]] = None) -> RunFolder:
+    """Run every config x repeat of ``spec`` and write a run folder; returns it.
+
+    ``progress(label, done, total)`` is called before each config repeat and at the end.
+    """
+    configs = expand(spec)
+    if address:
+        check_address(address)  # before a run folder exists: nothing to clean up
+    check_memory(configs, psutil.virtual_memory().available)
+    run_id = uuid.uuid4().hex[:12]
+    path = Path(out) if out else default_run_dir(spec.name)
+    folder = RunFolder.create(
+        path, run_id=run_id, experiment=spec.name, spec=spec.model_dump(mode="json"),
+        configs=[c.model_dump(mode="json") for c in configs], repeats=spec.repeats)
+    config_dicts = folder.manifest["configs"]
+    total = len(configs) * spec.repeats
+    done = 0
+    store = max(object_store_bytes_needed(c) for c in configs) * 2
+    try:
+        with ray_session(address, object_store_bytes=store):
+            for cfg in configs:
+                for repeat in range(spec.repeats):
+                    if progress:
+                        progress(f"{cfg.config_id} workers={cfg.workers} repeat={repeat}", done, total)
+                    outcome = run_config(cfg, repeat, run_id)
+                    folder.manifest["nodes"].update({n["node"]: n["ip"] for n in outcome.nodes.values()})
+                    folder.write_config_events(cfg.config_id, repeat, outcome.columns,
+                                               info={"server_updates": [s["updates"] for s in outcome.server_stats]})
+                    folder.write_summary(summarize(folder.events(), config_dicts))
+                    done += 1
+        if progress:
+            progress("done", done, total)
+    except KeyboardInterrupt:
+        folder.set_status("incomplete", error="interrupted")
+        raise
+    except UserError as err:
+        folder.set_status("failed", error=str(err))
+        raise
+    except Exception as err:
+        folder.set_status("failed", error=f"{type(err).__name__}: {err}")
+        raise
+    folder.set_status("complete")
+    return folder

@@ -1,0 +1,90 @@
+"""Summaries derived from events, never recorded separately.
+
+One row per config and repeat: the config's knobs, the driver-measured phase spans
+(setup, init, train, total), the aggregate step rate, and the mean of each
+per-step phase (``<phase>_mean_s``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from testbed.records import Phase, Role
+
+__all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns"]
+
+# Per-step phases whose mean duration the summary reports, in step order.
+STEP_PHASES = (Phase.READ, Phase.COMPUTE, Phase.PUSH, Phase.PULL, Phase.BARRIER, Phase.QUEUE, Phase.APPLY,
+               Phase.INIT_READ, Phase.INIT_WAIT)
+
+SUMMARY_COLUMNS = [
+    "experiment", "config_id", "repeat", "workers", "servers", "sync", "gradient_bytes", "compute_mode",
+    "compute_s", "steps", "pull_every", "dataset_bytes", "init_io", "partition", "status",
+    "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "updates",
+] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
+
+
+def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The knobs of a config (as dumped in the manifest) that the summary carries."""
+    workload = cfg["workload"]
+    steps = workload.get("steps")
+    if steps is None:
+        samples = workload["epochs"] * workload["dataset_bytes"] / workload["sample_bytes"]
+        steps = max(1, int(np.ceil(samples / workload["minibatch"] / cfg["workers"])))
+    return {
+        "experiment": cfg.get("experiment", ""), "config_id": cfg["config_id"], "workers": cfg["workers"],
+        "servers": cfg["servers"], "sync": cfg["sync"], "gradient_bytes": cfg["gradient_bytes"],
+        "compute_mode": cfg["compute"]["mode"], "compute_s": cfg["compute"]["seconds"], "steps": steps,
+        "pull_every": cfg["pull_every"], "dataset_bytes": workload["dataset_bytes"],
+        "init_io": cfg["data"]["init_io"], "partition": cfg["data"]["partition"],
+    }
+
+
+def _span_s(frame: pd.DataFrame, phase: Phase) -> float:
+    rows = frame[(frame["role"] == Role.DRIVER.value) & (frame["phase"] == phase.value)]
+    return float(rows["duration_ns"].sum()) / 1e9 if len(rows) else float("nan")
+
+
+def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
+              statuses: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
+    """One row per (config, repeat) present in ``events``, in config order."""
+    statuses = statuses or {}
+    by_id = {c["config_id"]: c for c in configs}
+    rows = []
+    if len(events):
+        groups = events.groupby(["config_id", "repeat"], sort=False)
+    else:
+        groups = []
+    for (config_id, repeat), frame in groups:
+        cfg = by_id.get(config_id)
+        if cfg is None:
+            continue
+        row = config_columns(cfg)
+        row["repeat"] = int(repeat)
+        row["status"] = statuses.get((config_id, int(repeat)), "ok")
+        row["setup_s"] = _span_s(frame, Phase.SETUP)
+        row["init_s"] = _span_s(frame, Phase.INIT)
+        row["train_s"] = _span_s(frame, Phase.TRAIN)
+        row["total_s"] = row["setup_s"] + row["init_s"] + row["train_s"]
+        pushes = frame[(frame["role"] == Role.WORKER.value) & (frame["phase"] == Phase.PUSH.value)]
+        applies = frame[(frame["role"] == Role.SERVER.value) & (frame["phase"] == Phase.APPLY.value)]
+        row["steps_per_s"] = len(pushes) / row["train_s"] if row["train_s"] > 0 else float("nan")
+        row["updates"] = len(applies)
+        for phase in STEP_PHASES:
+            durations = frame.loc[frame["phase"] == phase.value, "duration_ns"]
+            row[f"{phase.value}_mean_s"] = float(durations.mean()) / 1e9 if len(durations) else float("nan")
+        stale = applies.loc[applies["staleness"] >= 0, "staleness"].to_numpy()
+        if len(stale):
+            row.update(staleness_mean=float(stale.mean()), staleness_p50=float(np.percentile(stale, 50)),
+                       staleness_p99=float(np.percentile(stale, 99)), staleness_max=float(stale.max()))
+        else:
+            row.update(staleness_mean=np.nan, staleness_p50=np.nan, staleness_p99=np.nan, staleness_max=np.nan)
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    order = {c["config_id"]: i for i, c in enumerate(by_id.values())}
+    if len(frame):
+        frame = frame.sort_values(["config_id", "repeat"], key=lambda s: s.map(order) if s.name == "config_id" else s)
+    return frame.reset_index(drop=True)
