@@ -1,0 +1,98 @@
+"""End to end on real local Ray: actors, timing, no lost update, the run folder."""
+
+import numpy as np
+import pytest
+
+from testbed.emulate import GradientSource, initial_parameters
+from testbed.rundir import RunFolder
+from testbed.run import run_config, run_experiment
+from testbed.spec import expand, parse_spec
+from testbed.summary import SUMMARY_COLUMNS
+
+pytestmark = pytest.mark.integration
+
+
+def make_spec(**fields):
+    base = {"name": "it", "seed": 11, "workload": {"steps": 8}, "gradient_bytes": "256KiB",
+            "compute": {"mode": "sleep", "seconds": "20ms"}, "learning_rate": 0.25}
+    base.update(fields)
+    return parse_spec(base)
+
+
+@pytest.fixture(scope="module")
+def outcome(ray_local):
+    cfg = expand(make_spec(workers=3, servers=2, pull_every=2))[0]
+    return cfg, run_config(cfg, 0, "run-test", keep_parameters=True)
+
+
+def frame(outcome):
+    import pandas as pd
+    return pd.DataFrame(outcome.columns)
+
+
+def test_no_update_is_lost(outcome):
+    cfg, out = outcome
+    pushed = sum(out.worker_steps)
+    assert pushed == cfg.workers * cfg.steps
+    assert [s["updates"] for s in out.server_stats] == [pushed, pushed]
+    ev = frame(out)
+    for shard in range(2):
+        applies = ev[(ev.actor == f"server-{shard}") & (ev.phase == "apply")]
+        assert len(applies) == pushed
+
+
+def test_each_worker_recorded_exactly_steps_compute_and_push(outcome):
+    cfg, out = outcome
+    ev = frame(out)
+    for i in range(cfg.workers):
+        mine = ev[ev.actor == f"worker-{i}"]
+        assert (mine.phase == "compute").sum() == cfg.steps
+        assert (mine.phase == "push").sum() == cfg.steps
+        assert (mine.phase == "pull").sum() == cfg.steps // cfg.pull_every
+        assert sorted(mine[mine.phase == "compute"].step) == list(range(cfg.steps))
+
+
+def test_sleep_compute_is_at_least_and_close_to_requested(outcome):
+    cfg, out = outcome
+    ev = frame(out)
+    d = ev[ev.phase == "compute"].duration_ns.to_numpy() / 1e9
+    assert d.min() >= cfg.compute.seconds
+    assert np.median(d) - cfg.compute.seconds < 0.005
+
+
+def test_final_parameters_equal_initial_minus_lr_times_every_gradient(outcome):
+    cfg, out = outcome
+    final = np.concatenate(out.parameters)
+    grads = sum(GradientSource(cfg.seed, i, cfg.gradient_elements).expected_sum(cfg.steps)
+                for i in range(cfg.workers))
+    expected = initial_parameters(cfg.seed, 0, cfg.gradient_elements) - cfg.learning_rate * grads
+    np.testing.assert_allclose(final, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_events_carry_node_and_phases_nest(outcome):
+    _, out = outcome
+    ev = frame(out)
+    assert (ev.node.str.len() > 0).all()
+    driver = ev[ev.role == "driver"].set_index("phase")
+    train_start = driver.loc["train", "start_ns"]
+    train_end = train_start + driver.loc["train", "duration_ns"]
+    computes = ev[ev.phase == "compute"]
+    assert computes.start_ns.min() >= train_start
+    # wall clocks of one node: allow a millisecond of slack between the two clocks
+    assert (computes.start_ns + computes.duration_ns).max() <= train_end + 1_000_000
+
+
+def test_run_folder_loads_back(ray_local, tmp_path):
+    spec = make_spec(workload={"steps": 4}, sweep={"workers": [1, 2]}, repeats=2)
+    folder = run_experiment(spec, out=tmp_path / "run")
+    again = RunFolder.open(tmp_path / "run")
+    assert again.manifest["status"] == "complete"
+    assert len(again.manifest["finished"]) == 4
+    summary = again.summary()
+    assert list(summary.columns) == SUMMARY_COLUMNS
+    assert list(summary.workers) == [1, 1, 2, 2]
+    assert (summary.updates == summary.workers * 4).all()
+    assert (summary.train_s > 0).all() and (summary.steps_per_s > 0).all()
+    events = again.events()
+    assert set(events.config_id) == {c.config_id for c in expand(spec)}
+    assert len(events) == len(folder.events())
