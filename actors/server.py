@@ -19,6 +19,9 @@ from testbed.records import EventRecorder, Phase
 
 __all__ = ["ParameterServer", "ServerActor"]
 
+# Elements per apply chunk: 256 KiB of float32, so a chunk of g, w and the scratch fit in L2.
+_APPLY_CHUNK = 1 << 16
+
 
 class ParameterServer:
     """One shard of the parameters: elements [lo, hi) of the model."""
@@ -32,7 +35,9 @@ class ParameterServer:
         self.learning_rate = np.float32(learning_rate)
         self.recorder = recorder
         self.w = initial_parameters(seed, lo, hi)
-        self._scaled = np.empty_like(self.w)  # reused for lr * g: no allocation per update
+        # Scratch for lr * g, reused: no allocation per update. Large slices are applied in
+        # cache-sized chunks so g, w and the scratch stay in cache between the two passes.
+        self._scaled = np.empty(min(self.w.size, _APPLY_CHUNK), dtype=np.float32)
         self._lock = threading.Lock()
         self.version = 0                 # number of updates applied so far
         self.pushes: dict[int, int] = {}  # worker -> pushes received
@@ -49,8 +54,7 @@ class ParameterServer:
         wall_arrive, t_arrive = self.recorder.now()
         with self._lock:
             t_start = self.recorder.mono_ns()
-            np.multiply(grad, self.learning_rate, out=self._scaled)
-            np.subtract(self.w, self._scaled, out=self.w)
+            self._apply(grad)
             staleness = self.version - pulled_version if pulled_version >= 0 else -1
             self.version += 1
             self.pushes[worker] = self.pushes.get(worker, 0) + 1
@@ -60,6 +64,15 @@ class ParameterServer:
             self.recorder.record(Phase.APPLY, step, wall_arrive + (t_start - t_arrive), t_end - t_start,
                                  grad.nbytes, staleness)
             return self.version
+
+    def _apply(self, grad: np.ndarray) -> None:
+        """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
+        w, scratch, lr = self.w, self._scaled, self.learning_rate
+        for lo in range(0, w.size, _APPLY_CHUNK):
+            hi = min(lo + _APPLY_CHUNK, w.size)
+            part = scratch[: hi - lo]
+            np.multiply(grad[lo:hi], lr, out=part)
+            np.subtract(w[lo:hi], part, out=w[lo:hi])
 
     def pull(self) -> tuple[int, np.ndarray]:
         """The shard's version and a consistent copy of its parameters."""
@@ -96,6 +109,15 @@ class ServerActor:
 
     def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
         return self.server.push(grad, worker, step, pulled_version)
+
+    def _apply(self, grad: np.ndarray) -> None:
+        """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
+        w, scratch, lr = self.w, self._scaled, self.learning_rate
+        for lo in range(0, w.size, _APPLY_CHUNK):
+            hi = min(lo + _APPLY_CHUNK, w.size)
+            part = scratch[: hi - lo]
+            np.multiply(grad[lo:hi], lr, out=part)
+            np.subtract(w[lo:hi], part, out=w[lo:hi])
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self.server.pull()
