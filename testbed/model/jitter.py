@@ -44,7 +44,7 @@ def expected_max_factor(distribution: str, cv: float, workers: np.ndarray | int)
 
     - none (or cv 0): 1.
     - uniform on [1 - a, 1 + a], a = cv * sqrt(3): 1 - a + 2a n / (n + 1) (a capped at 1).
-    - exponential of mean 1 (cv is 1 by nature): the harmonic number H_n.
+    - exponential, 1 + cv (E - 1) with E ~ Exp(1): 1 + cv (H_n - 1), H_n the harmonic number.
     - normal, lognormal: the integral of 1 - F(x)^n over x >= 0, by the trapezoid rule.
     """
     n = np.atleast_1d(np.asarray(workers, dtype=float))
@@ -56,15 +56,17 @@ def expected_max_factor(distribution: str, cv: float, workers: np.ndarray | int)
         a = min(cv * math.sqrt(3.0), 1.0)
         return 1.0 - a + 2.0 * a * n / (n + 1.0)
     if distribution == "exponential":
+        # f = max(0, 1 + cv (E - 1)), E ~ Exp(1) (testbed.emulate); E[max of n E] = H_n.
+        # Exact while cv <= 1 (f is never clipped); above, the clip at 0 is ignored.
         harmonic = np.cumsum(1.0 / np.arange(1, int(n.max()) + 1))
-        return harmonic[n.astype(int) - 1]
+        return 1.0 + cv * (harmonic[n.astype(int) - 1] - 1.0)
     if distribution not in ("normal", "lognormal"):
         raise ValueError(f"unknown jitter distribution {distribution!r}")
     x = np.linspace(0.0, _upper(distribution, cv), _GRID_POINTS)
     f = np.clip(_cdf(distribution, cv, x), 0.0, 1.0)
     log_f = np.log(np.maximum(f, 1e-300))
     out = np.empty_like(n)
-    # Distinct counts only: a sweep asks for 1..n_max, and each costs one pass over the grid.
+    # One pass over the grid per count; a knee search asks for 1..n_max (<= 4097) counts.
     for i, count in enumerate(n):
         tail = 1.0 - np.exp(count * log_f)
         out[i] = float(np.sum((tail[1:] + tail[:-1]) * np.diff(x)) / 2.0)

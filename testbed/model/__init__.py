@@ -1,0 +1,25 @@
+"""The analytic performance model: a run config and a hardware profile in, a prediction out.
+
+Pure: numpy and the standard library (plus ``testbed.profile`` and ``testbed.errors``,
+which are pure too); importing it never imports Ray or pydantic. docs/model.md states
+every symbol, equation and assumption.
+
+- ``predict(config, profile, family)`` -> ``Prediction`` for one family;
+  ``predict_all(config, profile, families)`` for several side by side.
+- ``ModelFamily``: initial, updated, queueing. ``Bound``: disk, server, network, compute.
+- ``solve_mva`` and ``Centre``: the exact mean value analysis underneath the queueing family.
+"""
+
+from testbed.model.families import Bound, ModelFamily, ScalingCurve, scaling_curve
+from testbed.model.jitter import expected_max_factor
+from testbed.model.knee import asymptotic_knee, marginal_knee
+from testbed.model.mva import Centre, CentreKind, MvaResult, solve_mva, throughput_bounds
+from testbed.model.prediction import PHASES, Prediction, predict, predict_all
+from testbed.model.terms import EXTRA_KEYS, StepTerms, init_seconds, step_terms, steps_per_worker
+
+__all__ = [
+    "predict", "predict_all", "Prediction", "PHASES", "ModelFamily", "Bound",
+    "ScalingCurve", "scaling_curve", "StepTerms", "step_terms", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
+    "Centre", "CentreKind", "MvaResult", "solve_mva", "throughput_bounds",
+    "asymptotic_knee", "marginal_knee", "expected_max_factor",
+]

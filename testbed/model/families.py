@@ -1,0 +1,188 @@
+"""The three model families, each as a scaling curve over worker counts 1..n_max.
+
+A family turns ``StepTerms`` (see terms.py for the symbols) into per-step phase times
+for every worker count at once, so one call gives both the prediction at the config's
+N and the curve that the knee is read from.
+
+- initial: ideal I/O, a server that never queues: step = r + c + t + s_push + s_pull / k.
+- updated: the server's throughput is capped at 1 / D: step = max(ideal step, N D).
+- queueing: a closed network solved by exact MVA (async), or the barrier step
+  Z_sync + N D (sync), with optional disk and shared-CPU centres.
+
+Pure: numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Optional
+
+import numpy as np
+
+from testbed.model.jitter import expected_max_factor
+from testbed.model.knee import asymptotic_knee
+from testbed.model.mva import Centre, CentreKind, solve_mva
+from testbed.model.terms import StepTerms
+
+__all__ = ["ModelFamily", "Bound", "ScalingCurve", "scaling_curve"]
+
+
+class ModelFamily(str, enum.Enum):
+    INITIAL = "initial"    # the reference study's first model: linear scaling
+    UPDATED = "updated"    # the study's corrected model: sequential init, saturating server
+    QUEUEING = "queueing"  # this project's: closed queueing network, exact MVA
+
+
+class Bound(str, enum.Enum):
+    """The resource that limits a config. The train phase is bound by its most utilised
+    shared centre when one is saturated (utilisation >= SATURATED), else by the largest
+    share of its step; the init phase by the disk; the job by whichever phase is longer."""
+    DISK = "disk"
+    SERVER = "server"
+    NETWORK = "network"
+    COMPUTE = "compute"
+
+
+SATURATED = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingCurve:
+    """Per-step times for worker counts 1..n_max (index i is i + 1 workers).
+
+    The phase arrays are the mean of one event of that phase, as the measured summary
+    reports them (a pull happens every k steps, so step_s counts pull_s / k). The
+    ``share`` arrays split step_s over the resources; ``utilization`` holds the busy
+    fraction of each shared centre the family models.
+    """
+    step_s: np.ndarray
+    read_s: np.ndarray
+    compute_s: np.ndarray
+    push_s: np.ndarray
+    pull_s: np.ndarray
+    queue_s: np.ndarray
+    apply_s: np.ndarray
+    share: dict[Bound, np.ndarray]
+    utilization: dict[Bound, np.ndarray]
+    knee_asymptotic: Optional[float]
+
+    @property
+    def throughput_per_s(self) -> np.ndarray:
+        """X(n) = n / step_s(n): steps per second over all workers."""
+        return np.arange(1, self.step_s.size + 1) / self.step_s
+
+
+def _ideal_step(t: StepTerms) -> float:
+    return t.read_s + t.compute_s + t.transfer_s + t.server_demand_s
+
+
+def _initial(t: StepTerms, n: np.ndarray) -> ScalingCurve:
+    step = np.full(n.size, _ideal_step(t))
+    const = lambda v: np.full(n.size, float(v))  # noqa: E731 - a local shorthand
+    share = {Bound.DISK: const(t.read_s), Bound.COMPUTE: const(t.compute_s),
+             Bound.NETWORK: const(t.transfer_s), Bound.SERVER: const(t.server_demand_s)}
+    # The initial model believes nothing saturates, so it reports no utilisation.
+    return ScalingCurve(step, const(t.read_s), const(t.compute_s), const(t.push_transfer_s + t.push_service_s),
+                        const(t.pull_transfer_s + t.pull_service_s), const(0.0), const(t.apply_s),
+                        share, {}, None)
+
+
+def _updated(t: StepTerms, n: np.ndarray) -> ScalingCurve:
+    base = _initial(t, n)
+    d = t.server_demand_s
+    # All N x steps updates pass through each shard, one at a time: a step can't be
+    # shorter than N D. The excess over the ideal step is time spent queueing.
+    step = np.maximum(base.step_s, n * d)
+    queue = step - base.step_s
+    share = dict(base.share)
+    share[Bound.SERVER] = d + queue
+    return dataclasses.replace(base, step_s=step, queue_s=queue, push_s=base.push_s + queue, share=share,
+                               utilization={Bound.SERVER: n * d / step},
+                               knee_asymptotic=asymptotic_knee(_ideal_step(t), d))
+
+
+def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
+    d = t.server_demand_s
+    centres = [Centre("server", d)]
+    if t.read_s > 0:
+        centres.append(Centre("disk", t.read_s, CentreKind.LOAD_DEPENDENT, t.read_rate_multipliers))
+    rpc_cpu = t.worker_cpu_s or 0.0
+    if t.has_cpu_centre:
+        centres.append(Centre.multi_server("cpu", t.cpu_demand_s, t.cores))
+    # The calibrated transfer times already contain the worker's RPC CPU work; with the
+    # CPU centre in, that part moves from the delay to the centre, so N = 1 is unchanged.
+    transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
+    think = transfer_delay + (0.0 if t.compute_on_cpu else t.compute_s)
+    res = solve_mva(centres, think, int(n[-1]))
+    x = res.throughput_per_s[1:]
+    step = n / x
+    zeros = np.zeros(n.size)
+    r_server = res.response_s["server"][1:]
+    r_disk = res.response_s["disk"][1:] if "disk" in res.response_s else zeros
+    r_cpu = res.response_s["cpu"][1:] if "cpu" in res.response_s else zeros
+    cpu_demand = t.cpu_demand_s or 1.0
+    r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
+    r_rpc = r_cpu * (rpc_cpu / cpu_demand)
+    # Stretch factor of a worker's transfers once its RPC work waits for a core.
+    stretch = (transfer_delay + r_rpc) / t.transfer_s if t.transfer_s > 0 else np.ones(n.size)
+    visits = 1.0 + 1.0 / t.pull_every  # pushes and pulls per step at a shard
+    wait = np.maximum(0.0, (r_server - d) / visits)
+    share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute, Bound.NETWORK: t.transfer_s * stretch,
+             Bound.SERVER: r_server}
+    utilization = {Bound.SERVER: res.utilization("server")[1:]}
+    if "disk" in res.response_s:
+        utilization[Bound.DISK] = res.utilization("disk")[1:]
+    if "cpu" in res.response_s:
+        utilization[Bound.COMPUTE] = res.utilization("cpu")[1:]
+    cycle_one = think + sum(c.demand_s for c in centres)
+    bottleneck = max(c.saturation_demand_s for c in centres)
+    return ScalingCurve(step, r_disk if t.read_s > 0 else zeros, r_compute,
+                        t.push_transfer_s * stretch + wait + t.push_service_s,
+                        t.pull_transfer_s * stretch + wait + t.pull_service_s,
+                        wait, np.full(n.size, t.apply_s), share, utilization,
+                        asymptotic_knee(cycle_one, bottleneck))
+
+
+def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
+    d = t.server_demand_s
+    slowest = expected_max_factor(t.jitter_distribution, t.jitter_cv, n)
+    multipliers = np.asarray(t.read_rate_multipliers)
+    alphas = multipliers[np.minimum(n.astype(int), multipliers.size) - 1]
+    read = t.read_s * n / alphas  # all N read at once and share the aggregate bandwidth B(N)
+    rpc_cpu = t.worker_cpu_s or 0.0
+    transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
+    # Everything runs at once between barriers: N workers' CPU work shares the cores.
+    crowd = np.maximum(1.0, n / t.cores) if t.has_cpu_centre else np.ones(n.size)
+    compute_wall = t.compute_s * slowest * (crowd if t.compute_on_cpu else 1.0)
+    rpc_wall = rpc_cpu * crowd
+    server = n * d  # every shard applies all N pushes and serves N / k pulls per step
+    step = read + compute_wall + transfer_delay + rpc_wall + server
+    wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
+    wait_pull = (n - 1) / 2.0 * t.pull_service_s
+    stretch = (transfer_delay + rpc_wall) / t.transfer_s if t.transfer_s > 0 else np.ones(n.size)
+    share = {Bound.DISK: read, Bound.COMPUTE: compute_wall, Bound.NETWORK: t.transfer_s * stretch,
+             Bound.SERVER: server}
+    utilization = {Bound.SERVER: server / step}
+    if t.has_cpu_centre:
+        utilization[Bound.COMPUTE] = n * t.cpu_demand_s / (t.cores * step)
+    # The asymptotes n / Z_sync and 1 / D cross at Z_sync / D, Z_sync the one-worker step without D.
+    z_sync = float(step[0] - d)
+    return ScalingCurve(step, read, t.compute_s * (crowd if t.compute_on_cpu else np.ones(n.size)),
+                        t.push_transfer_s * stretch + wait_push + t.push_service_s,
+                        t.pull_transfer_s * stretch + wait_pull + t.pull_service_s,
+                        wait_push, np.full(n.size, t.apply_s), share, utilization,
+                        z_sync / d if d > 0 else None)
+
+
+def scaling_curve(family: ModelFamily, terms: StepTerms, n_max: int) -> ScalingCurve:
+    """The family's curve for 1..n_max workers (n_max >= 1)."""
+    if n_max < 1:
+        raise ValueError(f"n_max must be >= 1, got {n_max}")
+    n = np.arange(1, n_max + 1, dtype=float)
+    family = ModelFamily(family)
+    if family is ModelFamily.INITIAL:
+        return _initial(terms, n)
+    if family is ModelFamily.UPDATED:
+        return _updated(terms, n)
+    return _queueing_sync(terms, n) if terms.sync else _queueing_async(terms, n)

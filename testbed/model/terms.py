@@ -1,0 +1,205 @@
+"""The model's inputs: one config and one hardware profile, reduced to per-step terms.
+
+Every family (initial, updated, queueing) builds on the same terms, so the families
+differ only in how they combine them. Symbols follow docs/model.md:
+
+- ``N`` workers, ``S`` server shards, ``k`` = pull_every, ``M`` = gradient_bytes.
+- ``c`` compute per step; ``r`` one step's input read alone on the disk.
+- ``t_push`` = L + M / W and ``t_pull`` = L + M / W: a worker's side of a push and of a
+  pull (L the actor-call latency, W the transfer bandwidth). The S slices of a push go
+  out concurrently, so their latencies overlap but all M bytes leave the one worker.
+- ``s_push`` = o + (M/S) / A: a shard's service per push (o the per-call overhead, A the
+  in-place update bandwidth); ``a`` = (M/S) / A, the ``apply`` event alone.
+- ``s_pull`` = o + (M/S) / C: a shard's service per pull (C its copy bandwidth).
+- ``D`` = s_push + s_pull / k: a shard's demand per worker step.
+
+Pure: the standard library (the config is read by attribute, so the pydantic spec module
+is not imported here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from testbed.errors import UserError
+from testbed.profile import DiskProfile, HardwareProfile
+
+__all__ = [
+    "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
+]
+
+# Optional figures read from HardwareProfile.extra (calibration writes them when it can).
+EXTRA_KEYS = {
+    "worker_cpu_per_step_s": "CPU a worker burns per step on RPC and serialisation (feeds the CPU centre)",
+    "server_copy_bytes_per_s": "rate at which a shard copies its parameters for a pull (default: the apply rate)",
+    "nodes": "number of nodes in the cluster (default 1, or len(identity['nodes']))",
+    "actor_setup_s": "time to start one actor; setup is modelled only when present",
+}
+
+
+def _value(choice: Any) -> str:
+    """The string of a spec enum (they are str enums) or of a plain string."""
+    return str(getattr(choice, "value", choice))
+
+
+def _extra(profile: HardwareProfile, key: str) -> Optional[float]:
+    value = profile.extra.get(key)
+    return None if value is None else float(value)
+
+
+def node_count(profile: HardwareProfile) -> int:
+    """Nodes of the profiled cluster: extra['nodes'], else the length of identity['nodes'], else 1."""
+    nodes = _extra(profile, "nodes")
+    if nodes is None:
+        listed = profile.identity.get("nodes")
+        nodes = len(listed) if isinstance(listed, (list, tuple)) else (listed if isinstance(listed, int) else 1)
+    return max(1, int(nodes))
+
+
+def _need_disk(profile: HardwareProfile, why: str) -> DiskProfile:
+    if profile.disk is None:
+        raise UserError(f"the profile has no disk figures, but {why}; run `testbed calibrate` with the data directory")
+    return profile.disk
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTerms:
+    """Per-step inputs of every family, in seconds unless the name says otherwise."""
+    workers: int
+    servers: int
+    pull_every: int
+    sync: bool
+    compute_s: float                    # c: mean compute per step (jitter has mean 1)
+    compute_on_cpu: bool                # spin and matmul occupy a core; sleep does not
+    jitter_distribution: str
+    jitter_cv: float
+    read_s: float                       # r: one step's input read, alone on the disk
+    read_rate_multipliers: tuple[float, ...]  # B(j) / B(1) for j = 1, 2, ... concurrent readers
+    push_transfer_s: float              # t_push
+    pull_transfer_s: float              # t_pull
+    push_service_s: float               # s_push
+    apply_s: float                      # a
+    pull_service_s: float               # s_pull
+    worker_cpu_s: Optional[float]       # calibrated RPC CPU per step; None: the CPU centre is left out
+    cores: int                          # cores shared by the workers (all nodes)
+    setup_per_actor_s: Optional[float]  # None: setup is not modelled
+
+    @property
+    def server_demand_s(self) -> float:
+        """D: one shard's service per worker step (a push every step, a pull every k)."""
+        return self.push_service_s + self.pull_service_s / self.pull_every
+
+    @property
+    def transfer_s(self) -> float:
+        """A worker's own transfer time per step: t_push + t_pull / k."""
+        return self.push_transfer_s + self.pull_transfer_s / self.pull_every
+
+    @property
+    def cpu_demand_s(self) -> float:
+        """Demand at the shared-CPU centre per step: RPC work plus CPU-bound compute."""
+        return (self.worker_cpu_s or 0.0) + (self.compute_s if self.compute_on_cpu else 0.0)
+
+    @property
+    def has_cpu_centre(self) -> bool:
+        return self.worker_cpu_s is not None or (self.compute_on_cpu and self.compute_s > 0)
+
+    def setup_s(self, workers: int) -> float:
+        """Actors start ``cores`` at a time, each taking setup_per_actor_s (0 when not modelled)."""
+        if self.setup_per_actor_s is None:
+            return 0.0
+        return self.setup_per_actor_s * math.ceil((workers + self.servers) / self.cores)
+
+
+def steps_per_worker(config: Any, workers: float) -> float:
+    """Steps one worker runs with ``workers`` workers, without rounding up (for smooth curves).
+
+    Weak scaling: workload.steps. Strong scaling: epochs * dataset_bytes / (minibatch *
+    sample_bytes) / workers. ``config.steps`` gives the rounded-up count the run uses.
+    """
+    w = config.workload
+    if w.steps is not None:
+        return float(w.steps)
+    return w.epochs * w.dataset_bytes / w.sample_bytes / w.minibatch / workers
+
+
+def _read_terms(config: Any, profile: HardwareProfile) -> tuple[float, tuple[float, ...]]:
+    mode = _value(config.data.step_reads)
+    if mode == "none" or config.workload.dataset_bytes <= 0:
+        return 0.0, (1.0,)
+    disk = _need_disk(profile, f"data.step_reads is {mode!r}")
+    nbytes = config.workload.minibatch * config.workload.sample_bytes
+    single = disk.single_stream_bytes_per_s
+    if mode == "random" and disk.rand_read_iops:
+        # The largest measured block not above a sample; a sample is read in whole blocks.
+        sizes = sorted(disk.rand_read_iops)
+        block = max([b for b in sizes if b <= config.workload.sample_bytes], default=sizes[0])
+        ios = config.workload.minibatch * math.ceil(config.workload.sample_bytes / block)
+        return ios / disk.rand_read_iops[block], (1.0,)
+    top = max(disk.seq_read_bytes_per_s)
+    return nbytes / single, tuple(disk.aggregate_bandwidth(j) / single for j in range(1, top + 1))
+
+
+def _compute_s(config: Any, profile: HardwareProfile) -> float:
+    if _value(config.compute.mode) == "matmul":
+        if profile.flops_per_s <= 0:
+            raise UserError("compute.mode is 'matmul' but the profile has no flops_per_s; run `testbed calibrate`")
+        return config.compute.flops / profile.flops_per_s
+    return float(config.compute.seconds)
+
+
+def _transfer_bytes_per_s(config: Any, profile: HardwareProfile) -> float:
+    """Remote bandwidth when the cluster has several nodes and the placement spreads actors."""
+    spread = _value(config.placement.strategy) != "pack" or bool(config.placement.servers_own_node)
+    if spread and node_count(profile) > 1 and profile.transfer_bytes_per_s_remote:
+        return profile.transfer_bytes_per_s_remote
+    return profile.transfer_bytes_per_s_local
+
+
+def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
+    """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
+    m, s = config.gradient_bytes, config.servers
+    bandwidth = _transfer_bytes_per_s(config, profile)
+    transfer = profile.actor_call_latency_s + m / bandwidth
+    apply_s = (m / s) / profile.server_apply_bytes_per_s
+    copy_rate = _extra(profile, "server_copy_bytes_per_s") or profile.server_apply_bytes_per_s
+    read_s, read_alphas = _read_terms(config, profile)
+    mode = _value(config.compute.mode)
+    return StepTerms(
+        workers=config.workers, servers=s, pull_every=config.pull_every,
+        sync=_value(config.sync) == "sync",
+        compute_s=_compute_s(config, profile), compute_on_cpu=mode in ("spin", "matmul"),
+        jitter_distribution=_value(config.compute.jitter.distribution), jitter_cv=float(config.compute.jitter.cv),
+        read_s=read_s, read_rate_multipliers=read_alphas,
+        push_transfer_s=transfer, pull_transfer_s=transfer,
+        push_service_s=profile.server_call_overhead_s + apply_s, apply_s=apply_s,
+        pull_service_s=profile.server_call_overhead_s + (m / s) / copy_rate,
+        worker_cpu_s=_extra(profile, "worker_cpu_per_step_s"),
+        cores=profile.cores_per_node * node_count(profile),
+        setup_per_actor_s=_extra(profile, "actor_setup_s"),
+    )
+
+
+def init_read_bytes(config: Any, workers: float) -> float:
+    """V: bytes one worker reads at init (D / N for partition 'shard', D for 'full')."""
+    d = config.workload.dataset_bytes
+    return d / workers if _value(config.data.partition) == "shard" else float(d)
+
+
+def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
+    """The init phase with ``workers`` workers.
+
+    ideal (the initial family): every worker reads alone at single-stream bandwidth, so V / B(1).
+    Otherwise: sequential init takes N V / B(1); parallel init takes N V / B(N), B(N) the
+    aggregate bandwidth measured with N concurrent readers.
+    """
+    if config.workload.dataset_bytes <= 0:
+        return 0.0
+    disk = _need_disk(profile, "the workload has a data set to read at init")
+    v = init_read_bytes(config, workers)
+    if ideal:
+        return v / disk.single_stream_bytes_per_s
+    if _value(config.data.init_io) == "sequential":
+        return workers * v / disk.single_stream_bytes_per_s
+    return workers * v / disk.aggregate_bandwidth(workers)
