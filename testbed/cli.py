@@ -80,6 +80,90 @@ def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
     out_console.print(f"results: {folder.path}")
 
 
+calibrate_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+                            help="Measure the hardware figures the model needs (cached per machine).")
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.callback()
+def calibrate(ctx: typer.Context,
+              address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: 'auto' or HOST:PORT"),
+              out: Optional[Path] = typer.Option(None, "--out", help="also write the profile here"),
+              recalibrate: bool = typer.Option(False, "--recalibrate", help="measure again even if cached"),
+              data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory whose disk to measure"),
+              no_disk: bool = typer.Option(False, "--no-disk", help="skip the disk (fio) measurements"),
+              quick: bool = typer.Option(False, "--quick", help="fewer repetitions (for smoke tests)")) -> None:
+    """Calibrate everything: actor calls, transfers, the server, FLOPs, cores and the disk."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from testbed.calibrate import calibrate as run_calibration
+    with err_console.status("calibrating") as status:
+        profile, path, reused = run_calibration(
+            address=address, out=out, recalibrate=recalibrate, data_dir=data_dir, with_disk=not no_disk,
+            quick=quick, progress=lambda what: status.update(f"calibrating: {what}"))
+    out_console.print(profile_table(profile))
+    out_console.print(f"profile: {path}" + (" (cached; --recalibrate to measure again)" if reused else ""))
+
+
+@calibrate_app.command("disk")
+def calibrate_disk_cmd(directory: Path = typer.Option(..., "--dir", help="directory on the disk to measure"),
+                       out: Optional[Path] = typer.Option(None, "--out", help="write the disk profile (JSON) here"),
+                       max_jobs: int = typer.Option(4, "--max-jobs", help="largest number of concurrent readers"),
+                       allow_cached: bool = typer.Option(False, "--allow-cached", help="accept tmpfs (no bypass)")) -> None:
+    """Measure the disk under DIR with fio (direct I/O)."""
+    from testbed.calibrate_disk import calibrate_disk
+    with err_console.status("calibrating the disk") as status:
+        disk = calibrate_disk(directory, out, max_jobs=max_jobs, allow_cached=allow_cached,
+                              progress=lambda what: status.update(f"disk: {what}"))
+    from testbed.units import format_bytes
+    for jobs, bps in sorted(disk.seq_read_bytes_per_s.items()):
+        out_console.print(f"sequential read, {jobs} reader(s): {format_bytes(bps)}/s")
+    for block, iops in sorted(disk.rand_read_iops.items()):
+        out_console.print(f"random read {format_bytes(block)}: {iops:,.0f} IOPS")
+    out_console.print(f"source: {disk.source}" + (f"; written: {out}" if out else ""))
+
+
+def profile_table(profile) -> Table:
+    from testbed.units import format_bytes, format_seconds
+    table = Table(title="hardware profile")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("cores per node", str(profile.cores_per_node)),
+            ("actor-call latency", format_seconds(profile.actor_call_latency_s)),
+            ("transfer bandwidth (same node)", f"{format_bytes(profile.transfer_bytes_per_s_local)}/s"),
+            ("server apply bandwidth", f"{format_bytes(profile.server_apply_bytes_per_s)}/s"),
+            ("server per-call overhead", format_seconds(profile.server_call_overhead_s)),
+            ("matmul rate", f"{profile.flops_per_s / 1e9:.1f} GFLOP/s")]
+    for key, value in sorted(profile.extra.items()):
+        if key.endswith("_bytes_per_s"):
+            rows.append((key, f"{format_bytes(value)}/s"))
+        else:
+            rows.append((key, format_seconds(value) if key.endswith("_s") else f"{value:.4g}"))
+    if profile.disk:
+        for jobs, bps in sorted(profile.disk.seq_read_bytes_per_s.items()):
+            rows.append((f"disk sequential read, {jobs} reader(s)", f"{format_bytes(bps)}/s"))
+        rows.append(("disk figures from", profile.disk.source))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+@app.command()
+def predict(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+            profile: Path = typer.Option(..., "--profile", help="hardware profile (JSON) from `testbed calibrate`"),
+            models: str = typer.Option("initial,updated,queueing", "--models", help="model families, comma-separated"),
+            csv: Optional[Path] = typer.Option(None, "--csv", help="write the predictions here"),
+            set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)")) -> None:
+    """Predict every config of SPEC with the model (no Ray needed)."""
+    from testbed.predict import format_table, predict_spec, write_csv
+    from testbed.spec import load_spec
+    frame = predict_spec(load_spec(spec, overrides=set_), profile, models)
+    out_console.print(format_table(frame), markup=False, highlight=False)
+    if csv:
+        write_csv(frame, csv)
+        out_console.print(f"written: {csv}")
+
+
 @app.command()
 def version() -> None:
     """Print the testbed's version."""

@@ -1,0 +1,87 @@
+"""Calibration probes: small actors that measure what the model's profile needs, from
+inside Ray, on the same paths the workers and shards use.
+
+``Probe`` plays a worker's side (it calls other actors and times the calls, and
+reports its own CPU time); ``Echo`` is the far end of a bare call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Probe", "Echo", "matmul_flops_per_s"]
+
+
+class Echo:
+    """Returns at once: the far end of a bare actor call."""
+
+    def f(self, x: Any = None) -> int:
+        return 0
+
+    def cpu_s(self) -> float:
+        return time.process_time()
+
+
+def matmul_flops_per_s(n: int = 384, repeats: int = 10) -> float:
+    """float32 matmul rate of this process (median of ``repeats``), as the matmul compute mode runs it."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), dtype=np.float32)
+    np.matmul(a, b, out=c)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=c)
+        times.append(time.perf_counter() - t0)
+    return 2.0 * n**3 / float(np.median(times))
+
+
+class Probe:
+    """Times calls from one actor to another (as a worker calls a shard)."""
+
+    def latency_s(self, target: Any, repeats: int) -> list[float]:
+        import ray
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ray.get(target.f.remote())
+            out.append(time.perf_counter() - t0)
+        return out
+
+    def transfer_s(self, target: Any, nbytes: int, repeats: int) -> list[float]:
+        import ray
+        payload = np.ones(nbytes // 4, dtype=np.float32)
+        ray.get(target.f.remote(payload))
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ray.get(target.f.remote(payload))
+            out.append(time.perf_counter() - t0)
+        return out
+
+    def push_pull_loop(self, server: Any, nbytes: int, steps: int) -> dict[str, float]:
+        """A worker's step loop without compute: push then pull, ``steps`` times.
+
+        Returns this process's CPU seconds per step (a worker's own cost of a step) and
+        the wall seconds per step.
+        """
+        import ray
+        grad = np.ones(nbytes // 4, dtype=np.float32)
+        ray.get(server.push.remote(grad, 0, 0, -1))
+        ray.get(server.pull.remote())
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for step in range(steps):
+            ray.get(server.push.remote(grad, 0, step, -1))
+            ray.get(server.pull.remote())
+        return {"cpu_per_step_s": (time.process_time() - cpu0) / steps,
+                "wall_per_step_s": (time.perf_counter() - wall0) / steps}
+
+    def matmul_flops_per_s(self, n: int) -> float:
+        return matmul_flops_per_s(n)
+
+    def cpu_s(self) -> float:
+        return time.process_time()

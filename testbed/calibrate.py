@@ -1,0 +1,234 @@
+"""``testbed calibrate``: measure every figure the model's profile needs, and cache it.
+
+Figures (docs/model.md says which term each feeds):
+
+- ``actor_call_latency_s`` L: an empty call from one actor to another, round trip.
+- ``transfer_bytes_per_s_local`` W: slope of an actor call's time against its argument's size.
+- ``server_apply_bytes_per_s`` A: a shard's in-place apply, from its own apply events.
+- ``server_call_overhead_s`` o: the shard's CPU per call beyond the apply (and pull copy).
+- ``extra.server_copy_bytes_per_s`` C: the shard's parameter copy for a pull.
+- ``extra.worker_cpu_per_step_s``: a worker's own CPU per step (push and pull, no compute).
+- ``extra.actor_setup_s``: starting one more actor.
+- ``flops_per_s``: float32 matmul rate inside an actor; ``cores_per_node``.
+- ``disk``: fio in the data directory (``testbed.calibrate_disk``).
+
+A profile is cached under the user's cache folder by the identity of what was measured
+(hosts, cores, memory, CPU model, data directory); ``calibrate`` reuses a cached profile
+whose identity matches and re-measures on ``recalibrate``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from testbed.errors import UserError
+from testbed.profile import HardwareProfile, load_profile, save_profile
+
+__all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
+           "measure_ray_figures", "reusable_profile", "PROFILE_CACHE_DIR"]
+
+PROFILE_CACHE_DIR = Path(os.environ.get("TESTBED_CACHE_DIR", "~/.cache/ddnn-testbed")).expanduser() / "profiles"
+Progress = Callable[[str], None]
+
+
+def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
+    """Least-squares intercept and slope of y = a + b x (pure; used for bandwidth fits)."""
+    if len(x) < 2:
+        raise ValueError("a line needs at least two points")
+    b, a = np.polyfit(np.asarray(x, dtype=float), np.asarray(y, dtype=float), 1)
+    return float(a), float(b)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_identity(nodes: list[dict[str, Any]], data_dir: Optional[str]) -> dict[str, Any]:
+    """What a profile is valid for: the alive Ray nodes' addresses, CPUs and memory, the
+    driver's CPU model, and the data directory measured. Node ids are left out: they change
+    every time Ray starts."""
+    alive = sorted(({"ip": n["NodeManagerAddress"], "cpus": int(n["Resources"].get("CPU", 0)),
+                     "memory_gib": round(n["Resources"].get("memory", 0) / 2**30 / 4) * 4}
+                    for n in nodes if n.get("Alive", True)), key=lambda d: (d["ip"], d["cpus"]))
+    return {"host": socket.gethostname(), "cpu_model": _cpu_model(), "nodes": alive,
+            "data_dir": str(Path(data_dir).expanduser()) if data_dir else None}
+
+
+def identity_key(identity: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cached_profile_path(identity: dict[str, Any]) -> Path:
+    return PROFILE_CACHE_DIR / f"profile-{identity_key(identity)}.json"
+
+
+def reusable_profile(path: Path, identity: dict[str, Any]) -> Optional[HardwareProfile]:
+    """The profile cached at ``path`` if it was measured on ``identity``; None when there is
+    none, it is corrupt (it is then measured again, not an error) or it is another machine's."""
+    if not path.is_file():
+        return None
+    try:
+        profile = load_profile(path)
+    except UserError:
+        return None
+    return profile if profile.identity == identity else None
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
+    """Measure the Ray-side figures on the Ray this process is connected to."""
+    import ray
+
+    from actors.probe import Echo, Probe
+    from actors.server import ServerActor
+
+    reps = 60 if quick else 200
+    probe_cls = ray.remote(Probe).options(num_cpus=0)
+    echo_cls = ray.remote(Echo).options(num_cpus=0)
+
+    progress("actor start-up")
+    t0 = time.perf_counter()
+    probe = probe_cls.remote()
+    echo = echo_cls.remote()
+    ray.get([probe.cpu_s.remote(), echo.cpu_s.remote()])
+    t_two = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    extra_actors = [echo_cls.remote() for _ in range(4)]
+    ray.get([a.cpu_s.remote() for a in extra_actors])
+    actor_setup_s = (time.perf_counter() - t0) / 4
+    for a in extra_actors:
+        ray.kill(a)
+
+    progress("actor-call latency")
+    latency_s = _median(ray.get(probe.latency_s.remote(echo, reps)))
+
+    progress("transfer bandwidth")
+    sizes = [2**20, 8 * 2**20, 32 * 2**20]
+    times = [_median(ray.get(probe.transfer_s.remote(echo, s, 8 if quick else 20))) for s in sizes]
+    _, slope = fit_line(sizes, times)
+    transfer_bps = 1.0 / slope if slope > 0 else sizes[-1] / times[-1]
+
+    progress("server apply and per-call overhead")
+    server_rows = []
+    for nbytes in (64 * 2**10, 4 * 2**20, 16 * 2**20):
+        server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=4).remote(
+            shard=0, lo=0, hi=nbytes // 4, seed=0, learning_rate=0.01, run_id="calibrate", config_id="calibrate",
+            repeat=0)
+        ray.get(server.ready.remote())
+        steps = (100 if quick else 300) if nbytes < 2**20 else (15 if quick else 40)
+        cpu0 = ray.get(server.__ray_call__.remote(lambda self: time.process_time()))
+        loop = ray.get(probe.push_pull_loop.remote(server, nbytes, steps))
+        cpu1 = ray.get(server.__ray_call__.remote(lambda self: time.process_time()))
+        copy_s = ray.get(server.__ray_call__.remote(_time_copy))
+        export = ray.get(server.events.remote())
+        ray.kill(server)
+        from testbed.records import Phase
+        phases = np.frombuffer(export["phase"], dtype=np.int8)
+        durations = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)]
+        server_rows.append({"bytes": nbytes, "apply_s": float(np.median(durations[-steps:])) / 1e9,
+                            "copy_s": copy_s, "server_cpu_per_step_s": (cpu1 - cpu0) / (steps + 1),
+                            **loop})
+    _, apply_slope = fit_line([r["bytes"] for r in server_rows], [r["apply_s"] for r in server_rows])
+    _, copy_slope = fit_line([r["bytes"] for r in server_rows], [r["copy_s"] for r in server_rows])
+    small = server_rows[0]
+    # Two calls per step (a push and a pull); what the shard's CPU spends beyond the apply and
+    # the copy is the per-call overhead.
+    overhead_s = max(0.0, (small["server_cpu_per_step_s"] - small["apply_s"] - small["copy_s"]) / 2)
+
+    progress("matmul FLOP rate")
+    flops = ray.get(probe.matmul_flops_per_s.remote(384))
+    for a in (probe, echo):
+        ray.kill(a)
+    return {
+        "actor_call_latency_s": latency_s,
+        "transfer_bytes_per_s_local": transfer_bps,
+        "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else server_rows[-1]["bytes"] / server_rows[-1]["apply_s"],
+        "server_call_overhead_s": overhead_s,
+        "flops_per_s": flops,
+        "extra": {
+            "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else server_rows[-1]["bytes"] / server_rows[-1]["copy_s"],
+            "worker_cpu_per_step_s": small["cpu_per_step_s"],
+            "actor_setup_s": actor_setup_s,
+            "first_actors_setup_s": t_two,
+        },
+        "details": {"server": server_rows, "transfer": dict(zip(map(str, sizes), times))},
+    }
+
+
+def _time_copy(actor: Any) -> float:
+    """Median time of the shard copying its parameters (what a pull costs it)."""
+    w = actor.server.w
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        w.copy()
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, recalibrate: bool = False,
+              data_dir: Optional[str] = None, with_disk: bool = True, quick: bool = False,
+              progress: Progress = lambda s: None) -> tuple[HardwareProfile, Path, bool]:
+    """Calibrate (or reuse the cached profile for this machine); returns (profile, path, reused)."""
+    import ray
+
+    from testbed.cluster import ray_session
+    from testbed.spec import DEFAULT_DATA_DIR
+
+    data_dir = data_dir or DEFAULT_DATA_DIR
+    with ray_session(address):
+        nodes = ray.nodes()
+        identity = machine_identity(nodes, data_dir if with_disk else None)
+        cache = cached_profile_path(identity)
+        profile = None if recalibrate else reusable_profile(cache, identity)
+        if profile is not None:
+            if out and Path(out) != cache:
+                save_profile(profile, out)
+            return profile, Path(out) if out else cache, True
+        figures = measure_ray_figures(progress, quick=quick)
+    disk = None
+    if with_disk:
+        from testbed.calibrate_disk import calibrate_disk
+        progress("disk (fio)")
+        target = Path(data_dir).expanduser()
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create the data directory {target} ({err.strerror}); "
+                            f"give a writable one with --data-dir") from None
+        disk = calibrate_disk(target, file_bytes=(64 if quick else 256) * 2**20,
+                              runtime_s=1.0 if quick else 2.0, progress=progress)
+    cores = min((n["cpus"] for n in identity["nodes"]), default=os.cpu_count() or 1)
+    extra = dict(figures["extra"], nodes=float(len(identity["nodes"])))
+    profile = HardwareProfile(
+        identity=identity, cores_per_node=max(1, cores),
+        server_apply_bytes_per_s=figures["server_apply_bytes_per_s"],
+        server_call_overhead_s=figures["server_call_overhead_s"],
+        actor_call_latency_s=figures["actor_call_latency_s"],
+        transfer_bytes_per_s_local=figures["transfer_bytes_per_s_local"],
+        flops_per_s=figures["flops_per_s"], disk=disk, extra=extra,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    save_profile(profile, cache)
+    if out:
+        save_profile(profile, out)
+    return profile, Path(out) if out else cache, False
