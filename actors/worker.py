@@ -61,8 +61,7 @@ class Worker:
     """Worker ``index`` of a config: owns its gradient source, its compute emulator and its events."""
 
     def __init__(self, cfg: RunConfig, index: int, client: ServerClient, recorder: EventRecorder, *,
-                 sleep: Callable[[float], None] = time.sleep,
-                 init_reader: Optional[Callable[[EventRecorder], int]] = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, data_input: Optional[Any] = None) -> None:
         self.cfg = cfg
         self.index = index
         self.client = client
@@ -74,13 +73,13 @@ class Worker:
         self.versions = [0] * len(self.bounds)  # shard versions as of the last pull
         self.params: list[np.ndarray] = []
         self.steps_done = 0
-        self._init_reader = init_reader
+        self.input = data_input  # an actors.reader.WorkerInput, or None when there is no data set
 
     def init(self) -> int:
         """The initialization phase: read the initial data (timed by the reader); returns bytes read."""
-        if self._init_reader is None:
+        if self.input is None:
             return 0
-        return self._init_reader(self.recorder)
+        return self.input.read_init(self.recorder)
 
     def train(self, steps: Optional[int] = None) -> int:
         """Run the step loop from where it stands up to ``steps`` (default: the config's); returns steps done."""
@@ -88,7 +87,11 @@ class Worker:
         rec = self.recorder
         nbytes = self.cfg.gradient_bytes
         pull_every = self.cfg.pull_every
+        step_input = self.input if self.input is not None and self.input.step_reader is not None else None
         for step in range(self.steps_done, steps):
+            if step_input is not None:
+                with rec.timed(Phase.READ, step, step_input.step_bytes):
+                    step_input.read_step()
             with rec.timed(Phase.COMPUTE, step):
                 self.compute.run(step)
             grad = self.source.fill(step)
@@ -115,12 +118,15 @@ class WorkerActor:
     """Thin Ray wrapper around ``Worker``; made remote by ``testbed.run``."""
 
     def __init__(self, cfg: RunConfig, index: int, server_handles: list, run_id: str, repeat: int,
-                 init_reader_factory: Optional[Callable[[RunConfig, int], Callable[[EventRecorder], int]]] = None) -> None:
+                 dataset: Optional[Any] = None, gate: Optional[Any] = None) -> None:
         self.identity = node_identity()
         self.recorder = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                       actor=f"worker-{index}", role=Role.WORKER, node=self.identity["node"])
-        init_reader = init_reader_factory(cfg, index) if init_reader_factory else None
-        self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, init_reader=init_reader)
+        data_input = None
+        if dataset is not None and dataset.files:
+            from actors.reader import RayGateClient, WorkerInput
+            data_input = WorkerInput(cfg, index, dataset, RayGateClient(gate) if gate is not None else None)
+        self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, data_input=data_input)
 
     def ready(self) -> dict[str, Any]:
         return self.identity

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import psutil
 
+from actors.gate import remote_gate
 from actors.server import ServerActor
 from actors.worker import WorkerActor
 from testbed.cluster import check_address, ray_session
@@ -22,7 +23,8 @@ from testbed.errors import UserError
 from testbed.guard import check_memory, object_store_bytes_needed
 from testbed.records import EventRecorder, Phase, Role, concat_columns, events_to_columns
 from testbed.rundir import RunFolder, default_run_dir
-from testbed.spec import ExperimentSpec, RunConfig, expand
+from testbed.dataset import DatasetInfo, prepare_dataset
+from testbed.spec import ExperimentSpec, InitIO, RunConfig, expand
 from testbed.summary import summarize
 
 __all__ = ["ConfigOutcome", "run_config", "run_experiment", "LostUpdates"]
@@ -51,21 +53,38 @@ def _remote_classes(cfg: RunConfig):
     return server_cls, worker_cls
 
 
-def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: bool = False) -> ConfigOutcome:
-    """Run one config once on the Ray this process is connected to."""
+def prepare_data(cfg: RunConfig) -> Optional[DatasetInfo]:
+    """Make sure the config's data set exists on this node (untimed); None when it has none."""
+    if cfg.workload.dataset_bytes <= 0:
+        return None
+    return prepare_dataset(cfg.data, cfg.workload.dataset_bytes)
+
+
+def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: bool = False,
+               dataset: Optional[DatasetInfo] = None) -> ConfigOutcome:
+    """Run one config once on the Ray this process is connected to.
+
+    ``dataset`` is the config's data set as prepared on this node (``prepare_data``); it is
+    prepared here when not given.
+    """
     import ray
+
+    if dataset is None:
+        dataset = prepare_data(cfg)
 
     driver_node = ray.get_runtime_context().get_node_id()
     rec = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat, actor="driver",
                         role=Role.DRIVER, node=driver_node)
     server_cls, worker_cls = _remote_classes(cfg)
-    servers, workers = [], []
+    servers, workers, gate = [], [], None
     try:
         with rec.timed(Phase.SETUP):
+            if dataset is not None and cfg.data.init_io is InitIO.SEQUENTIAL:
+                gate = remote_gate(list(range(cfg.workers)))
             servers = [server_cls.remote(shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
                                          run_id=run_id, config_id=cfg.config_id, repeat=repeat)
                        for i, (lo, hi) in enumerate(cfg.shard_bounds())]
-            workers = [worker_cls.remote(cfg, i, servers, run_id, repeat) for i in range(cfg.workers)]
+            workers = [worker_cls.remote(cfg, i, servers, run_id, repeat, dataset, gate) for i in range(cfg.workers)]
             identities = ray.get([a.ready.remote() for a in servers + workers])
         with rec.timed(Phase.INIT):
             ray.get([w.init.remote() for w in workers])
@@ -75,7 +94,7 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
         stats = ray.get([s.stats.remote() for s in servers])
         params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
     finally:
-        for actor in servers + workers:
+        for actor in servers + workers + ([gate] if gate is not None else []):
             ray.kill(actor)
     names = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
     pushed = sum(steps)
@@ -97,11 +116,23 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     if address:
         check_address(address)  # before a run folder exists: nothing to clean up
     check_memory(configs, psutil.virtual_memory().available)
+    # Data sets first (untimed): a refusal (tmpfs, no space) comes before any folder exists.
+    datasets = {}
+    for cfg in configs:
+        key = (cfg.data.dir, cfg.data.file_bytes, cfg.workload.dataset_bytes, cfg.data.allow_cached)
+        if key not in datasets:
+            if progress and cfg.workload.dataset_bytes > 0:
+                progress(f"preparing the data set ({cfg.workload.dataset_bytes} bytes)", 0, 0)
+            datasets[key] = prepare_data(cfg)
+    prepared = [d for d in datasets.values() if d is not None]
     run_id = uuid.uuid4().hex[:12]
     path = Path(out) if out else default_run_dir(spec.name)
     folder = RunFolder.create(
         path, run_id=run_id, experiment=spec.name, spec=spec.model_dump(mode="json"),
-        configs=[c.model_dump(mode="json") for c in configs], repeats=spec.repeats)
+        configs=[c.model_dump(mode="json") for c in configs], repeats=spec.repeats,
+        extra={"cache_bypass": all(d.cache_bypass for d in prepared) if prepared else None,
+               "data": [{"directory": d.directory, "fs_type": d.fs_type, "cache_bypass": d.cache_bypass,
+                         "bytes": d.total_bytes} for d in prepared]})
     config_dicts = folder.manifest["configs"]
     total = len(configs) * spec.repeats
     done = 0
@@ -112,7 +143,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                 for repeat in range(spec.repeats):
                     if progress:
                         progress(f"{cfg.config_id} workers={cfg.workers} repeat={repeat}", done, total)
-                    outcome = run_config(cfg, repeat, run_id)
+                    key = (cfg.data.dir, cfg.data.file_bytes, cfg.workload.dataset_bytes, cfg.data.allow_cached)
+                    outcome = run_config(cfg, repeat, run_id, dataset=datasets[key])
                     folder.manifest["nodes"].update({n["node"]: n["ip"] for n in outcome.nodes.values()})
                     folder.write_config_events(cfg.config_id, repeat, outcome.columns,
                                                info={"server_updates": [s["updates"] for s in outcome.server_stats]})
