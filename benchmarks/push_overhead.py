@@ -37,7 +37,7 @@ def measure(repeats: int = 200) -> dict:
     from actors.server import ServerActor
     from actors.worker import RayServerClient
 
-    ray.init(num_cpus=2, object_store_memory=512 * 2**20, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, object_store_memory=512 * 2**20, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
     try:
         bare = ray.remote(Bare).options(num_cpus=0).remote()
