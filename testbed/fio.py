@@ -55,6 +55,7 @@ class FioJob:
     direct: bool = True
     ioengine: str = "psync"       # one blocking pread at a time, like the testbed's reader
     iodepth: int = 1
+    time_based: bool = True       # False: read the region once (runtime_s then only caps it)
 
     def __post_init__(self) -> None:
         if self.rw not in ("read", "randread"):
@@ -68,13 +69,14 @@ class FioJob:
 
 
 def build_command(job: FioJob, fio: str = "fio") -> list[str]:
-    """The argv running ``job`` time-based, one JSON report for the whole group (pure)."""
+    """The argv running ``job``, one JSON report for the whole group (pure)."""
     return [
         fio, f"--name={job.name}", f"--filename={job.filename}", f"--rw={job.rw}",
         f"--bs={job.block_bytes}", f"--size={job.size_bytes}", f"--numjobs={job.numjobs}",
         *([f"--offset_increment={job.offset_increment_bytes}"] if job.offset_increment_bytes else []),
         f"--direct={int(job.direct)}", f"--ioengine={job.ioengine}", f"--iodepth={job.iodepth}",
-        f"--runtime={max(1, round(job.runtime_s * 1000))}ms", "--time_based", "--group_reporting",
+        f"--runtime={max(1, round(job.runtime_s * 1000))}ms", *(["--time_based"] if job.time_based else []),
+        "--group_reporting",
         f"--percentile_list={_PERCENTILES}", "--output-format=json",
     ]
 

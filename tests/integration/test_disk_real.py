@@ -129,3 +129,9 @@ def test_calibration_falls_back_to_the_reader_without_fio(disk_dir: Path, monkey
     with pytest.raises(FioNotFound):
         calibrate_disk(disk_dir, max_jobs=1, file_bytes=MiB, runtime_s=0.1, require_fio=True)
     assert not list(disk_dir.glob(".calibrate-*"))
+
+
+def test_calibration_with_the_reader_by_choice(disk_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    profile = calibrate_disk(disk_dir, max_jobs=1, file_bytes=4 * MiB, runtime_s=0.1, method="reader")
+    assert profile.source == "testbed-reader" and profile.seq_read_bytes_per_s[1] > 0
+    assert "apt-get" not in caplog.text  # a choice, not a fallback: no warning

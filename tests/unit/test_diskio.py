@@ -143,6 +143,16 @@ def test_reader_falls_back_to_fadvise_when_o_direct_is_refused(data_file: tuple[
     assert b"".join(got) == content
 
 
+def test_step_reader_reads_real_samples_and_closes_its_reader(data_file: tuple[str, bytes]) -> None:
+    path, content = data_file
+    reader = DirectReader(64 * KiB)
+    steps = StepReader([(path, len(content))], 4 * KiB, 3, "random", np.random.default_rng(3), reader)
+    assert steps.read_step() == 12 * KiB
+    steps.close()
+    with pytest.raises(ValueError):  # the closed reader's buffer is gone
+        steps.read_step()
+
+
 def test_reader_rejects_unaligned_blocks() -> None:
     with pytest.raises(ValueError, match="multiple of 4096"):
         DirectReader(5000)

@@ -30,8 +30,9 @@ def test_builder_says_everything_the_measurement_depends_on() -> None:
                  "--numjobs=4", "--offset_increment=16777216", "--direct=1", "--ioengine=psync", "--iodepth=1",
                  "--runtime=1500ms", "--time_based", "--group_reporting", "--output-format=json"):
         assert flag in args
-    one = build_command(FioJob("r", "randread", 4096, "f", MiB, direct=False))
-    assert "--direct=0" in one and not any(a.startswith("--offset_increment") for a in one)
+    one = build_command(FioJob("r", "randread", 4096, "f", MiB, direct=False, time_based=False))
+    assert "--direct=0" in one and "--time_based" not in one
+    assert not any(a.startswith("--offset_increment") for a in one)
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -1,0 +1,1 @@
+"""Benchmarks: the testbed against physical limits and peers."""
