@@ -11,6 +11,7 @@ import pytest
 from testbed import dataset
 from testbed.dataset import (MEMORY_FS_TYPES, check_cache_bypass, dataset_dir, file_sizes, fs_type,
                              mount_fs_type, prepare_dataset)
+from testbed.diskio import DirectReader
 from testbed.errors import UserError
 from testbed.spec import Data
 
@@ -135,3 +136,6 @@ def test_tmpfs_is_accepted_with_allow_cached_and_marked(shm_dir: Path) -> None:
     assert info.cache_bypass is False and info.fs_type == "tmpfs"
     assert [os.path.getsize(p) for p, _ in info.files] == [64 * KiB, 64 * KiB]
     assert check_cache_bypass(shm_dir, allow_cached=True) == ("tmpfs", False)
+    with DirectReader(64 * KiB, cache_bypass=info.cache_bypass) as reader:
+        assert reader.read_plan([(p, 0, n) for p, n in info.files]) == 128 * KiB
+        assert reader.mode == "cached"
