@@ -100,7 +100,11 @@ def predict_spec(spec: str | Path | ExperimentSpec | RunConfig | Sequence[RunCon
     return predict_configs(_configs(spec), profile, models)
 
 
-def _knee(value: Any, search_max: Any) -> str:
+def _knee(value: Any, search_max: Any, model: str) -> str:
+    """A knee count, '>n' when the search found none up to n, '-' for the initial family
+    (which scales linearly by construction)."""
+    if model == ModelFamily.INITIAL.value:
+        return "-"
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return f">{search_max}" if search_max is not None and not pd.isna(search_max) else "-"
     return str(int(value))
@@ -117,8 +121,8 @@ def format_table(frame: pd.DataFrame) -> str:
         first = group.iloc[0]
         lines = [[str(r["model"]), format_seconds(r["init_s"]), format_seconds(r["train_s"]),
                   format_seconds(r["total_s"]), format_seconds(r["step_s"]), f"{r['steps_per_s']:.4g}",
-                  str(r["bound"]), _knee(r["knee_workers"], r.get("knee_search_max")),
-                  _knee(r.get("knee_train_workers"), r.get("knee_search_max")),
+                  str(r["bound"]), _knee(r["knee_workers"], r.get("knee_search_max"), r["model"]),
+                  _knee(r.get("knee_train_workers"), r.get("knee_search_max"), r["model"]),
                   "-" if pd.isna(r.get("knee_asymptotic")) else f"{r['knee_asymptotic']:.3g}"]
                  for _, r in group.iterrows()]
         widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]

@@ -154,8 +154,16 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
     # Everything runs at once between barriers: N workers' CPU work shares the cores.
     crowd = np.maximum(1.0, n / t.cores) if t.has_cpu_centre else np.ones(n.size)
-    compute_wall = t.compute_s * slowest * (crowd if t.compute_on_cpu else 1.0)
-    rpc_wall = rpc_cpu * crowd
+    if t.compute_on_cpu:
+        # N workers' CPU work time-shares K cores: the phase lasts as long as the slowest
+        # worker's own work or the total work over the cores, whichever is longer.
+        alone = t.compute_s * slowest + rpc_cpu
+        cpu_wall = np.maximum(alone, n * t.cpu_demand_s / t.cores)
+        compute_wall = cpu_wall * (t.compute_s * slowest / alone) if t.compute_s > 0 else np.zeros(n.size)
+        rpc_wall = cpu_wall - compute_wall
+    else:
+        compute_wall = t.compute_s * slowest
+        rpc_wall = rpc_cpu * crowd
     server = n * d  # every shard applies all N pushes and serves N / k pulls per step
     step = read + compute_wall + transfer_delay + rpc_wall + server
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
@@ -166,13 +174,15 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     utilization = {Bound.SERVER: server / step}
     if t.has_cpu_centre:
         utilization[Bound.COMPUTE] = n * t.cpu_demand_s / (t.cores * step)
-    # The asymptotes n / Z_sync and 1 / D cross at Z_sync / D, Z_sync the one-worker step without D.
-    z_sync = float(step[0] - d)
+    # The parts that grow with n have a slope per worker; X(n) tends to 1 / slope, and the
+    # line through X(1) meets that cap at step(1) / slope, the sync analogue of (Z + D) / D.
+    crowd_cpu = t.cpu_demand_s / t.cores if t.has_cpu_centre else 0.0
+    slope = d + t.read_s / float(multipliers.max()) + crowd_cpu
     return ScalingCurve(step, read, t.compute_s * (crowd if t.compute_on_cpu else np.ones(n.size)),
                         t.push_transfer_s * stretch + wait_push + t.push_service_s,
                         t.pull_transfer_s * stretch + wait_pull + t.pull_service_s,
                         wait_push, np.full(n.size, t.apply_s), share, utilization,
-                        z_sync / d if d > 0 else None)
+                        asymptotic_knee(float(step[0]), slope))
 
 
 def scaling_curve(family: ModelFamily, terms: StepTerms, n_max: int) -> ScalingCurve:

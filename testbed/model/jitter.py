@@ -50,7 +50,7 @@ def expected_max_factor(distribution: str, cv: float, workers: np.ndarray | int)
     n = np.atleast_1d(np.asarray(workers, dtype=float))
     if np.any(n < 1):
         raise ValueError("worker counts must be >= 1")
-    if distribution == "none" or cv == 0:
+    if distribution == "none" or cv < 1e-9:  # below that the spread is lost in rounding
         return np.ones_like(n)
     if distribution == "uniform":
         a = min(cv * math.sqrt(3.0), 1.0)

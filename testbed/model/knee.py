@@ -32,9 +32,11 @@ def asymptotic_knee(cycle_at_one_s: float, bottleneck_demand_s: float) -> Option
     """
     if bottleneck_demand_s <= 0:
         return None
-    if cycle_at_one_s < bottleneck_demand_s:
+    if cycle_at_one_s < bottleneck_demand_s * (1.0 - 1e-9):
         raise ValueError(f"the cycle ({cycle_at_one_s}) cannot be shorter than one of its demands ({bottleneck_demand_s})")
-    return cycle_at_one_s / bottleneck_demand_s
+    # Rounding (e.g. a quadrature mean of 0.9999... for a jitter factor of mean 1) must not
+    # put the knee below one worker.
+    return max(1.0, cycle_at_one_s / bottleneck_demand_s)
 
 
 def marginal_knee(rate: np.ndarray, fraction: float = MARGINAL_FRACTION) -> Optional[int]:

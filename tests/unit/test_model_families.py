@@ -95,7 +95,7 @@ def test_queueing_family_sync_step():
     assert p.step_s == pytest.approx(30 * MS)
     assert p.queue_s == pytest.approx(1.5 * 2 * MS)
     assert p.push_s == pytest.approx(2 * MS + 3 * MS + 2 * MS)
-    assert p.knee_asymptotic == pytest.approx(14 / 4)
+    assert p.knee_asymptotic == pytest.approx(18 / 4)  # X(1) = 1/18 ms meets the cap 1/D at 4.5
 
 
 def test_sync_pays_for_the_slowest_worker():
@@ -200,3 +200,11 @@ def test_importing_the_model_does_not_import_ray():
             "bad = [m for m in ('ray', 'pydantic', 'pandas') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_sync_spin_workers_time_share_the_cores():
+    p = predict(config(workers=8, sync="sync", compute={"mode": "spin", "seconds": 0.01}), profile(),
+                ModelFamily.QUEUEING)
+    # 8 x 10 ms of busy CPU on 2 cores take 40 ms; then t_push + t_pull + N D = 4 + 32 ms
+    assert p.step_s == pytest.approx(76 * MS)
+    assert p.compute_s == pytest.approx(40 * MS)

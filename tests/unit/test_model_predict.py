@@ -73,6 +73,8 @@ def test_table_and_csv(files, tmp_path):
     frame = predict_spec(spec, prof)
     text = format_table(frame)
     assert text.count("workers=") == 2 and "queueing" in text and "server" in text
+    initial_lines = [line.split() for line in text.splitlines() if line.startswith("initial")]
+    assert len(initial_lines) == 2 and all(cells[-3:] == ["-", "-", "-"] for cells in initial_lines)
     out = write_csv(frame, tmp_path / "out" / "pred.csv")
     back = pd.read_csv(out)
     assert list(back.columns[:len(CSV_COLUMNS)]) == CSV_COLUMNS and len(back) == 6
@@ -85,7 +87,11 @@ configs = st.fixed_dictionaries({
     "servers": st.integers(1, 4),
     "pull_every": st.integers(1, 5),
     "gradient_bytes": st.integers(4, 20_000).map(lambda n: 4 * n),  # >= one float32 per shard
-    "compute": st.fixed_dictionaries({"mode": st.sampled_from(["sleep", "spin"]), "seconds": st.floats(0.0, 0.05)}),
+    "compute": st.fixed_dictionaries({
+        "mode": st.sampled_from(["sleep", "spin"]), "seconds": st.floats(0.0, 0.05),
+        "jitter": st.fixed_dictionaries({"distribution": st.sampled_from(["none", "uniform", "normal", "lognormal",
+                                                                          "exponential"]),
+                                         "cv": st.floats(0.0, 1.0)})}),
     "workload": st.fixed_dictionaries({"steps": st.integers(1, 500), "dataset_bytes": st.integers(0, 10**7)}),
     "data": st.fixed_dictionaries({"step_reads": st.sampled_from(["none", "sequential"]),
                                    "init_io": st.sampled_from(["parallel", "sequential"])}),
