@@ -43,42 +43,49 @@ def matmul_flops_per_s(n: int = 384, repeats: int = 10) -> float:
 class Probe:
     """Times calls from one actor to another (as a worker calls a shard)."""
 
-    def latency_s(self, target: Any, repeats: int) -> list[float]:
+    def latency_s(self, target: Any, repeats: int, pause_s: float = 0.0) -> list[float]:
         import ray
         out = []
         for _ in range(repeats):
+            if pause_s:
+                time.sleep(pause_s)
             t0 = time.perf_counter()
             ray.get(target.f.remote())
             out.append(time.perf_counter() - t0)
         return out
 
-    def transfer_s(self, target: Any, nbytes: int, repeats: int) -> list[float]:
+    def transfer_s(self, target: Any, nbytes: int, repeats: int, pause_s: float = 0.0) -> list[float]:
         import ray
         payload = np.ones(nbytes // 4, dtype=np.float32)
         ray.get(target.f.remote(payload))
         out = []
         for _ in range(repeats):
+            if pause_s:
+                time.sleep(pause_s)
             t0 = time.perf_counter()
             ray.get(target.f.remote(payload))
             out.append(time.perf_counter() - t0)
         return out
 
-    def push_pull_loop(self, server: Any, nbytes: int, steps: int) -> dict[str, float]:
-        """A worker's step loop without compute: push then pull, ``steps`` times.
+    def push_pull_loop(self, server: Any, nbytes: int, steps: int, pause_s: float = 0.0) -> dict[str, float]:
+        """A worker's step loop: a pause (sleep-mode compute), a push, a pull, ``steps`` times.
 
-        Returns this process's CPU seconds per step (a worker's own cost of a step) and
-        the wall seconds per step.
+        Returns this process's CPU seconds per step (a worker's own cost of a step: sleeping
+        costs none) and the wall seconds per step spent in the push and the pull.
         """
         import ray
         grad = np.ones(nbytes // 4, dtype=np.float32)
         ray.get(server.push.remote(grad, 0, 0, -1))
         ray.get(server.pull.remote())
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, busy = time.process_time(), 0.0
         for step in range(steps):
+            if pause_s:
+                time.sleep(pause_s)
+            t0 = time.perf_counter()
             ray.get(server.push.remote(grad, 0, step, -1))
             ray.get(server.pull.remote())
-        return {"cpu_per_step_s": (time.process_time() - cpu0) / steps,
-                "wall_per_step_s": (time.perf_counter() - wall0) / steps}
+            busy += time.perf_counter() - t0
+        return {"cpu_per_step_s": (time.process_time() - cpu0) / steps, "wall_per_step_s": busy / steps}
 
     def matmul_flops_per_s(self, n: int) -> float:
         return matmul_flops_per_s(n)

@@ -83,4 +83,4 @@ class WorkerInput:
     def close(self) -> None:
         self.reader.close()
         if self.step_reader is not None:
-            self.step_reader._reader.close()
+            self.step_reader.close()

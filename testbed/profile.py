@@ -69,7 +69,8 @@ class HardwareProfile:
     transfer_bytes_per_s_local: float        # argument transfer between actors on one node
     flops_per_s: float = 0.0                 # numpy matmul rate (matmul compute mode)
     transfer_bytes_per_s_remote: Optional[float] = None  # between nodes, when there are several
-    disk: Optional[DiskProfile] = None
+    disk: Optional[DiskProfile] = None       # what the testbed's own reader gets: feeds the model
+    disk_reference: Optional[DiskProfile] = None  # the same measurements by fio, for reference
     extra: dict[str, float] = dataclasses.field(default_factory=dict)  # further calibrated figures
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
@@ -83,8 +84,9 @@ class HardwareProfile:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
-        if isinstance(self.disk, dict):
-            object.__setattr__(self, "disk", DiskProfile(**self.disk))
+        for name in ("disk", "disk_reference"):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, DiskProfile(**getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -135,6 +135,9 @@ def profile_markdown(profile: HardwareProfile) -> str:
         for jobs, bps in sorted(p.disk.seq_read_bytes_per_s.items()):
             lines.append(f"| disk sequential read, {jobs} reader(s) | {format_bytes(bps)}/s |")
         lines.append(f"| disk figures from | {p.disk.source} ({p.disk.fs_type or '?'}) |")
+    if p.disk_reference:
+        for jobs, bps in sorted(p.disk_reference.seq_read_bytes_per_s.items()):
+            lines.append(f"| fio sequential read, {jobs} reader(s) (reference) | {format_bytes(bps)}/s |")
     return "\n".join(lines) + "\n"
 
 
