@@ -1,0 +1,43 @@
+"""``testbed validate``: calibrate (or reuse the cached profile), run, predict with every
+model family, compare, and write the report, all into one run folder.
+
+The profile used is saved in the folder (``profile.json``) so that ``testbed report``
+can regenerate every table and plot from the folder alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from testbed.calibrate import calibrate
+from testbed.profile import HardwareProfile, load_profile, save_profile
+from testbed.rundir import RunFolder
+from testbed.run import run_experiment
+from testbed.spec import ExperimentSpec, expand
+
+__all__ = ["validate", "PROFILE_FILE"]
+
+PROFILE_FILE = "profile.json"
+
+
+def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
+             profile_path: Optional[Path] = None, recalibrate: bool = False,
+             progress: Optional[Callable[[str, int, int], None]] = None) -> RunFolder:
+    """Run ``spec`` and compare it with every model family; returns the run folder."""
+    say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
+    configs = expand(spec)
+    if profile_path is not None:
+        profile: HardwareProfile = load_profile(profile_path)
+    else:
+        needs_disk = any(c.workload.dataset_bytes > 0 for c in configs)
+        data_dir = configs[0].data.dir if needs_disk else None
+        profile, _, reused = calibrate(address=address, recalibrate=recalibrate, data_dir=data_dir,
+                                       with_disk=needs_disk, progress=lambda what: say(f"calibrating: {what}"))
+        if reused:
+            say("using the cached hardware profile")
+    folder = run_experiment(spec, out=out, address=address, progress=progress)
+    save_profile(profile, folder.path / PROFILE_FILE)
+    from testbed.report import write_report
+    write_report(folder.path)
+    return folder
