@@ -57,7 +57,9 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
                             f"or leave out --address to run on local Ray") from None
     else:
         store = max(_MIN_OBJECT_STORE_BYTES, object_store_bytes or DEFAULT_OBJECT_STORE_BYTES)
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=store, **kwargs)
+        # address="local": a new instance even when `ray start` left a cluster on this machine
+        # (without it ray.init attaches to that cluster and then refuses num_cpus).
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, object_store_memory=store, **kwargs)
     try:
         yield
     finally:
