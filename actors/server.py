@@ -5,12 +5,22 @@ gradient slices one at a time, in place (``w -= lr * g``). The Ray actor is
 threaded (several calls in flight) so that a push's arrival is seen when it
 happens; a lock then serialises the applies, which is what makes the shard a
 queue: the time a push waits for the lock is its ``queue`` phase.
+
+Every event a shard records names it: its actor is ``server-<shard>``.
+
+In ``sync`` mode a worker pulls with ``pull_at(version)``, which blocks until the
+shard has applied that many updates (N x (k + 1) after step k) and returns the
+parameters as they were at exactly that version. The first such pull takes a
+snapshot; it always finds the version exactly at the target, because no worker can
+push step k + 1 before its own pull of step k has returned. The shard does not
+need to know N: the target is the worker's.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,18 +37,28 @@ class ParameterServer:
     """One shard of the parameters: elements [lo, hi) of the model."""
 
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
-                 recorder: EventRecorder) -> None:
+                 recorder: EventRecorder, apply_extra_s: float = 0.0, wait_timeout_s: float = 300.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        """``apply_extra_s``: emulated service time added to every apply (slept under the lock,
+        so it queues like real work without using a core); ``wait_timeout_s``: the longest
+        ``pull_at`` waits before it gives up (a worker has failed)."""
         if hi <= lo:
             raise ValueError(f"shard {shard} is empty: [{lo}, {hi})")
         self.shard = shard
         self.lo, self.hi = lo, hi
         self.learning_rate = np.float32(learning_rate)
         self.recorder = recorder
+        self.apply_extra_s = apply_extra_s
+        self.wait_timeout_s = wait_timeout_s
+        self._sleep = sleep
         self.w = initial_parameters(seed, lo, hi)
         # Scratch for lr * g, reused: no allocation per update. Large slices are applied in
         # cache-sized chunks so g, w and the scratch stay in cache between the two passes.
         self._scaled = np.empty(min(self.w.size, _APPLY_CHUNK), dtype=np.float32)
         self._lock = threading.Lock()
+        self._applied = threading.Condition(self._lock)  # notified after an apply when pulls wait
+        self._waiting = 0                # pulls blocked in pull_at
+        self._snapshot: tuple[int, np.ndarray] | None = None  # (version, parameters) for pull_at
         self.version = 0                 # number of updates applied so far
         self.pushes: dict[int, int] = {}  # worker -> pushes received
 
@@ -55,6 +75,8 @@ class ParameterServer:
         with self._lock:
             t_start = self.recorder.mono_ns()
             self._apply(grad)
+            if self.apply_extra_s > 0:
+                self._sleep(self.apply_extra_s)
             staleness = self.version - pulled_version if pulled_version >= 0 else -1
             self.version += 1
             self.pushes[worker] = self.pushes.get(worker, 0) + 1
@@ -63,6 +85,8 @@ class ParameterServer:
             self.recorder.record(Phase.QUEUE, step, wall_arrive, t_start - t_arrive)
             self.recorder.record(Phase.APPLY, step, wall_arrive + (t_start - t_arrive), t_end - t_start,
                                  grad.nbytes, staleness)
+            if self._waiting:
+                self._applied.notify_all()
             return self.version
 
     def _apply(self, grad: np.ndarray) -> None:
@@ -79,6 +103,32 @@ class ParameterServer:
         with self._lock:
             return self.version, self.w.copy()
 
+    def pull_at(self, version: int) -> tuple[int, np.ndarray, int]:
+        """Wait until ``version`` updates are applied; return ``version``, the parameters as they
+        were at exactly that version, and the nanoseconds spent waiting (the ``sync`` barrier).
+
+        Raises ``TimeoutError`` after ``wait_timeout_s`` (another worker has failed or stalled)
+        and ``RuntimeError`` if the shard moved past ``version`` before any pull asked for it
+        (the workers are not in lock step: a bug).
+        """
+        t0 = self.recorder.mono_ns()
+        with self._applied:
+            self._waiting += 1
+            try:
+                reached = self._applied.wait_for(lambda: self.version >= version, timeout=self.wait_timeout_s)
+            finally:
+                self._waiting -= 1
+            if not reached:
+                raise TimeoutError(f"shard {self.shard}: waited {self.wait_timeout_s:g}s for version {version}, "
+                                   f"still at {self.version}; a worker has failed or stalled")
+            waited_ns = self.recorder.mono_ns() - t0
+            if self._snapshot is None or self._snapshot[0] != version:
+                if self.version != version:
+                    raise RuntimeError(f"shard {self.shard}: asked for version {version} but already at "
+                                       f"{self.version} with no snapshot of it; workers are out of lock step")
+                self._snapshot = (version, self.w.copy())  # read-only from here on: pulls share it
+            return version, self._snapshot[1], waited_ns
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"shard": self.shard, "lo": self.lo, "hi": self.hi, "updates": self.version,
@@ -93,7 +143,8 @@ class ServerActor:
     """Thin Ray wrapper around ``ParameterServer``; made remote (threaded) by ``testbed.run``."""
 
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
-                 run_id: str, config_id: str, repeat: int) -> None:
+                 run_id: str, config_id: str, repeat: int, apply_extra_s: float = 0.0,
+                 wait_timeout_s: float = 300.0) -> None:
         import os
 
         import ray
@@ -102,7 +153,8 @@ class ServerActor:
         recorder = EventRecorder(run_id=run_id, config_id=config_id, repeat=repeat, actor=f"server-{shard}",
                                  role="server", node=self.identity["node"])
         self.server = ParameterServer(shard=shard, lo=lo, hi=hi, seed=seed, learning_rate=learning_rate,
-                                      recorder=recorder)
+                                      recorder=recorder, apply_extra_s=apply_extra_s,
+                                      wait_timeout_s=wait_timeout_s)
 
     def ready(self) -> dict[str, Any]:
         return self.identity
@@ -121,6 +173,9 @@ class ServerActor:
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self.server.pull()
+
+    def pull_at(self, version: int) -> tuple[int, np.ndarray, int]:
+        return self.server.pull_at(version)
 
     def stats(self) -> dict[str, Any]:
         return self.server.stats()

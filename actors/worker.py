@@ -1,12 +1,20 @@
 """The worker: a plain class that runs the step loop, and its Ray wrapper.
 
 Per step: optional input read, compute, push the gradient to every shard (the S
-slices concurrently; the push ends when every shard has applied its slice), and
-every ``pull_every`` steps a pull of the parameters from every shard. Asynchronous
-SGD: no worker waits for another.
+slices concurrently; the push ends when every shard has applied its slice), then,
+by consistency mode (docs/consistency.md):
 
-The worker talks to the servers through a ``ServerClient``; tests pass one that
-calls plain ``ParameterServer`` objects, runs pass ``RayServerClient``.
+- ``async``: every ``pull_every`` steps a pull from every shard; no worker waits for another.
+- ``sync``: a pull of version N x (k + 1) from every shard after every step k; each shard
+  holds the pull until all N pushes of the step are applied. The time a shard held it is
+  the step's ``barrier`` (measured by the shard, the longest over the shards); the rest of
+  the call (request, snapshot copy, reply, transfer) is the step's ``pull``.
+- ``ssp``: after every step but the last, a tick of the step clock, which holds the worker
+  while it is more than ``staleness`` steps ahead of the slowest (timed as ``barrier``,
+  including the clock call); then pulls as in ``async``.
+
+The worker talks to the servers through a ``ServerClient`` and to the step clock through
+a ``ClockClient``; tests pass ones that call plain objects, runs pass the Ray ones.
 """
 
 from __future__ import annotations
@@ -19,14 +27,20 @@ import numpy as np
 
 from testbed.emulate import ComputeEmulator, ComputePlan, GradientSource
 from testbed.records import EventRecorder, Phase, Role
-from testbed.spec import RunConfig
+from testbed.spec import RunConfig, SyncMode
 
-__all__ = ["ServerClient", "LocalServerClient", "RayServerClient", "Worker", "WorkerActor"]
+__all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker",
+           "WorkerActor", "node_identity"]
 
 
 class ServerClient(Protocol):
     def push(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int]) -> list[int]: ...
     def pull(self) -> list[tuple[int, np.ndarray]]: ...
+    def pull_at(self, version: int) -> list[tuple[int, np.ndarray, int]]: ...
+
+
+class ClockClient(Protocol):
+    def tick(self, worker: int, completed: int) -> bool: ...
 
 
 class LocalServerClient:
@@ -40,6 +54,9 @@ class LocalServerClient:
 
     def pull(self):
         return [s.pull() for s in self.servers]
+
+    def pull_at(self, version):
+        return [s.pull_at(version) for s in self.servers]
 
 
 class RayServerClient:
@@ -56,15 +73,34 @@ class RayServerClient:
         import ray
         return ray.get([h.pull.remote() for h in self.handles])
 
+    def pull_at(self, version):
+        import ray
+        return ray.get([h.pull_at.remote(version) for h in self.handles])
+
+
+class RayClockClient:
+    """Ticks the step clock actor (``ssp``)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def tick(self, worker, completed):
+        import ray
+        return ray.get(self.handle.tick.remote(worker, completed))
+
 
 class Worker:
     """Worker ``index`` of a config: owns its gradient source, its compute emulator and its events."""
 
     def __init__(self, cfg: RunConfig, index: int, client: ServerClient, recorder: EventRecorder, *,
-                 sleep: Callable[[float], None] = time.sleep, data_input: Optional[Any] = None) -> None:
+                 clock: Optional[ClockClient] = None, sleep: Callable[[float], None] = time.sleep,
+                 data_input: Optional[Any] = None) -> None:
+        if (cfg.sync is SyncMode.SSP) != (clock is not None):
+            raise ValueError(f"sync {cfg.sync.value!r}: a step clock is needed for 'ssp' and only for it")
         self.cfg = cfg
         self.index = index
         self.client = client
+        self.clock = clock
         self.recorder = recorder
         self.source = GradientSource(cfg.seed, index, cfg.gradient_elements)
         rng = np.random.default_rng([cfg.seed, 3, index])
@@ -88,6 +124,7 @@ class Worker:
         nbytes = self.cfg.gradient_bytes
         pull_every = self.cfg.pull_every
         step_input = self.input if self.input is not None and self.input.step_reader is not None else None
+        mode = self.cfg.sync
         for step in range(self.steps_done, steps):
             if step_input is not None:
                 with rec.timed(Phase.READ, step, step_input.step_bytes):
@@ -98,13 +135,30 @@ class Worker:
             slices = [grad[lo:hi] for lo, hi in self.bounds]
             with rec.timed(Phase.PUSH, step, nbytes):
                 self.client.push(slices, self.index, step, self.versions)
-            if (step + 1) % pull_every == 0:
-                with rec.timed(Phase.PULL, step, nbytes):
-                    pulled = self.client.pull()
-                self.versions = [v for v, _ in pulled]
-                self.params = [p for _, p in pulled]
+            if mode is SyncMode.SYNC:
+                self._sync_pull(step)
+            else:
+                if mode is SyncMode.SSP and step + 1 < self.cfg.steps:
+                    with rec.timed(Phase.BARRIER, step):
+                        self.clock.tick(self.index, step + 1)
+                if (step + 1) % pull_every == 0:
+                    with rec.timed(Phase.PULL, step, nbytes):
+                        pulled = self.client.pull()
+                    self.versions = [v for v, _ in pulled]
+                    self.params = [p for _, p in pulled]
             self.steps_done = step + 1
         return self.steps_done
+
+    def _sync_pull(self, step: int) -> None:
+        """Pull the parameters as of all N pushes of ``step``, split into ``barrier`` and ``pull``."""
+        wall0, t0 = self.recorder.now()
+        pulled = self.client.pull_at(self.cfg.workers * (step + 1))
+        total_ns = self.recorder.mono_ns() - t0
+        barrier_ns = min(total_ns, max(waited for _, _, waited in pulled))
+        self.recorder.record(Phase.BARRIER, step, wall0, barrier_ns)
+        self.recorder.record(Phase.PULL, step, wall0 + barrier_ns, total_ns - barrier_ns, self.cfg.gradient_bytes)
+        self.versions = [v for v, _, _ in pulled]
+        self.params = [p for _, p, _ in pulled]
 
 
 def node_identity() -> dict[str, Any]:
@@ -118,7 +172,7 @@ class WorkerActor:
     """Thin Ray wrapper around ``Worker``; made remote by ``testbed.run``."""
 
     def __init__(self, cfg: RunConfig, index: int, server_handles: list, run_id: str, repeat: int,
-                 dataset: Optional[Any] = None, gate: Optional[Any] = None) -> None:
+                 dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None) -> None:
         self.identity = node_identity()
         self.recorder = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                       actor=f"worker-{index}", role=Role.WORKER, node=self.identity["node"])
@@ -126,7 +180,9 @@ class WorkerActor:
         if dataset is not None and dataset.files:
             from actors.reader import RayGateClient, WorkerInput
             data_input = WorkerInput(cfg, index, dataset, RayGateClient(gate) if gate is not None else None)
-        self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, data_input=data_input)
+        clock = RayClockClient(clock_handle) if clock_handle is not None else None
+        self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, clock=clock,
+                             data_input=data_input)
 
     def ready(self) -> dict[str, Any]:
         return self.identity

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from testbed.errors import UserError
-from testbed.spec import RunConfig
+from testbed.spec import RunConfig, SyncMode
 from testbed.units import format_bytes
 
 __all__ = ["config_memory_bytes", "object_store_bytes_needed", "check_memory"]
@@ -18,9 +18,11 @@ MEMORY_HEADROOM = 0.7
 
 def config_memory_bytes(cfg: RunConfig) -> int:
     """Resident bytes the actors of one config hold: each shard its parameters and a scratch
-    buffer (2 G in all), each worker a base gradient, a step buffer and the pulled parameters (3 G)."""
+    buffer (2 G in all; 3 G in ``sync``, which keeps a snapshot for the pulls), each worker a
+    base gradient, a step buffer and the pulled parameters (3 G)."""
     g = cfg.gradient_bytes
-    return 2 * g + 3 * g * cfg.workers
+    shards = 3 * g if cfg.sync is SyncMode.SYNC else 2 * g
+    return shards + 3 * g * cfg.workers
 
 
 def object_store_bytes_needed(cfg: RunConfig) -> int:

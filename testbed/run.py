@@ -1,9 +1,14 @@
 """Running an experiment: every config x repeat on Ray, events collected, folder written.
 
 This is the one place that wires actors together. For each config and repeat:
-start the shard and worker actors (timed as ``setup``), run the initialization
-phase (``init``), run the training loop (``train``), collect every actor's events,
-check that no update was lost, write the events atomically, stop the actors.
+start the shard and worker actors (and the step clock in ``ssp``; timed as
+``setup``), run the initialization phase (``init``), run the training loop
+(``train``), collect every actor's events, check that no update was lost, write
+the events atomically, stop the actors.
+
+A worker that fails ends the config at once: the driver waits for the workers one
+result at a time and kills every actor of the config on the first error, so workers
+blocked at a barrier do not wait for one that will never come.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import psutil
 
+from actors.clock import ClockActor
 from actors.gate import remote_gate
 from actors.server import ServerActor
 from actors.worker import WorkerActor
@@ -24,7 +30,7 @@ from testbed.guard import check_memory, object_store_bytes_needed
 from testbed.records import EventRecorder, Phase, Role, concat_columns, events_to_columns
 from testbed.rundir import RunFolder, default_run_dir
 from testbed.dataset import DatasetInfo, prepare_dataset
-from testbed.spec import ExperimentSpec, InitIO, RunConfig, expand
+from testbed.spec import ExperimentSpec, InitIO, RunConfig, SyncMode, expand
 from testbed.summary import summarize
 
 __all__ = ["ConfigOutcome", "run_config", "run_experiment", "LostUpdates"]
@@ -48,9 +54,23 @@ class ConfigOutcome:
 
 def _remote_classes(cfg: RunConfig):
     import ray
+    # Each worker has at most one call in flight to a shard (a push or a pull, possibly
+    # blocked at the sync barrier) and to the clock, so N threads plus a few for the
+    # driver's calls (ready, events, stats) are enough.
     server_cls = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=cfg.workers + 4)
     worker_cls = ray.remote(WorkerActor).options(num_cpus=0)
-    return server_cls, worker_cls
+    clock_cls = ray.remote(ClockActor).options(num_cpus=0, max_concurrency=cfg.workers + 2)
+    return server_cls, worker_cls, clock_cls
+
+
+def _get_fail_fast(refs: list) -> list:
+    """``ray.get(refs)``, but raising as soon as any of them fails rather than after all finish."""
+    import ray
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)  # raises the task's error, if it failed
+    return ray.get(refs)
 
 
 def prepare_data(cfg: RunConfig) -> Optional[DatasetInfo]:
@@ -75,26 +95,33 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
     driver_node = ray.get_runtime_context().get_node_id()
     rec = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat, actor="driver",
                         role=Role.DRIVER, node=driver_node)
-    server_cls, worker_cls = _remote_classes(cfg)
-    servers, workers, gate = [], [], None
+    server_cls, worker_cls, clock_cls = _remote_classes(cfg)
+    servers, workers, clocks, gate = [], [], [], None
+    elements = cfg.gradient_elements
     try:
         with rec.timed(Phase.SETUP):
             if dataset is not None and cfg.data.init_io is InitIO.SEQUENTIAL:
                 gate = remote_gate(list(range(cfg.workers)))
             servers = [server_cls.remote(shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
-                                         run_id=run_id, config_id=cfg.config_id, repeat=repeat)
+                                         run_id=run_id, config_id=cfg.config_id, repeat=repeat,
+                                         apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
+                                         wait_timeout_s=cfg.barrier_timeout_s)
                        for i, (lo, hi) in enumerate(cfg.shard_bounds())]
-            workers = [worker_cls.remote(cfg, i, servers, run_id, repeat, dataset, gate) for i in range(cfg.workers)]
-            identities = ray.get([a.ready.remote() for a in servers + workers])
+            if cfg.sync is SyncMode.SSP:
+                clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
+            clock = clocks[0] if clocks else None
+            workers = [worker_cls.remote(cfg, i, servers, run_id, repeat, dataset, gate, clock)
+                       for i in range(cfg.workers)]
+            identities = ray.get([a.ready.remote() for a in servers + workers + clocks])[:len(servers + workers)]
         with rec.timed(Phase.INIT):
-            ray.get([w.init.remote() for w in workers])
+            _get_fail_fast([w.init.remote() for w in workers])
         with rec.timed(Phase.TRAIN):
-            steps = ray.get([w.train.remote() for w in workers])
+            steps = _get_fail_fast([w.train.remote() for w in workers])
         exports = ray.get([a.events.remote() for a in servers + workers])
         stats = ray.get([s.stats.remote() for s in servers])
         params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
     finally:
-        for actor in servers + workers + ([gate] if gate is not None else []):
+        for actor in servers + workers + clocks + ([gate] if gate is not None else []):
             ray.kill(actor)
     names = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
     pushed = sum(steps)

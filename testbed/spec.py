@@ -29,10 +29,14 @@ from testbed.units import parse_bytes, parse_seconds
 __all__ = [
     "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
     "Jitter", "Compute", "Workload", "Data", "Placement", "ConfigFields", "ExperimentSpec", "RunConfig",
-    "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR",
+    "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
 ]
 
 DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
+
+# How long a worker may wait at a barrier (sync, ssp) when the config sets no deadline:
+# long enough for any laptop-sized step, short enough that a lost worker ends the run.
+DEFAULT_BARRIER_TIMEOUT_S = 300.0
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
@@ -46,6 +50,7 @@ class ComputeMode(str, enum.Enum):
 
 
 class SyncMode(str, enum.Enum):
+    """How workers are kept consistent (docs/consistency.md has the semantics and the bounds)."""
     ASYNC = "async"  # asynchronous SGD, as the reference study's system ran it
     SYNC = "sync"    # bulk-synchronous: a barrier per step
     SSP = "ssp"      # stale-synchronous: at most `staleness` steps ahead of the slowest
@@ -167,6 +172,8 @@ class ConfigFields(_Strict):
     staleness: int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
     pull_every: int = Field(1, ge=1, le=10_000_000)
     learning_rate: float = Field(0.01, gt=0.0, le=1e6)
+    apply_seconds: Seconds = Field(0.0, ge=0.0, le=3600.0,
+                                   description="emulated extra service time of one update of the whole model")
     gradient_bytes: Bytes = Field(64 * 1024, ge=4, le=2**40)
     workload: Workload = Workload(steps=20)
     compute: Compute = Compute()
@@ -182,7 +189,31 @@ class ConfigFields(_Strict):
             raise ValueError(
                 f"gradient_bytes {self.gradient_bytes} holds {self.gradient_bytes // 4} float32 values, "
                 f"fewer than servers={self.servers}; each shard needs at least one")
+        if self.sync is SyncMode.SYNC and self.pull_every != 1:
+            raise ValueError(f"sync 'sync' pulls after every step (the barrier is the pull), so pull_every must be 1, "
+                             f"got {self.pull_every}")
         return self
+
+    @property
+    def barrier_timeout_s(self) -> float:
+        """The longest a worker waits at a barrier before the run fails (the deadline, if set)."""
+        return self.deadline_s if self.deadline_s is not None else DEFAULT_BARRIER_TIMEOUT_S
+
+    @property
+    def staleness_bound(self) -> Optional[int]:
+        """The largest staleness an applied update can have under this config's consistency
+        mode, or None when nothing bounds it (``async``).
+
+        Between a worker's pull and a push it makes before its next pull, it has pushed at
+        most p - 1 times itself (p = ``pull_every``) and each other worker at most 2 s + p
+        times (``sync`` behaves as s = 0, p = 1), so the bound is (p - 1) + (N - 1)(2 s + p);
+        docs/consistency.md has the argument.
+        """
+        p = self.pull_every
+        if self.sync is SyncMode.ASYNC:
+            return p - 1 if self.workers == 1 else None
+        s = 0 if self.sync is SyncMode.SYNC else self.staleness
+        return (p - 1) + (self.workers - 1) * (2 * s + p)
 
     @property
     def gradient_elements(self) -> int:

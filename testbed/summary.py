@@ -21,7 +21,8 @@ STEP_PHASES = (Phase.READ, Phase.COMPUTE, Phase.PUSH, Phase.PULL, Phase.BARRIER,
                Phase.INIT_READ, Phase.INIT_WAIT)
 
 SUMMARY_COLUMNS = [
-    "experiment", "config_id", "repeat", "workers", "servers", "sync", "gradient_bytes", "compute_mode",
+    "experiment", "config_id", "repeat", "workers", "servers", "sync", "staleness", "apply_seconds",
+    "gradient_bytes", "compute_mode",
     "compute_s", "steps", "pull_every", "dataset_bytes", "init_io", "partition", "status",
     "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "updates",
 ] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
@@ -36,7 +37,9 @@ def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
         steps = max(1, int(np.ceil(samples / workload["minibatch"] / cfg["workers"])))
     return {
         "experiment": cfg.get("experiment", ""), "config_id": cfg["config_id"], "workers": cfg["workers"],
-        "servers": cfg["servers"], "sync": cfg["sync"], "gradient_bytes": cfg["gradient_bytes"],
+        "servers": cfg["servers"], "sync": cfg["sync"], "staleness": cfg["staleness"],
+        # .get: manifests written before apply_seconds existed stay readable
+        "apply_seconds": cfg.get("apply_seconds", 0.0), "gradient_bytes": cfg["gradient_bytes"],
         "compute_mode": cfg["compute"]["mode"], "compute_s": cfg["compute"]["seconds"], "steps": steps,
         "pull_every": cfg["pull_every"], "dataset_bytes": workload["dataset_bytes"],
         "init_io": cfg["data"]["init_io"], "partition": cfg["data"]["partition"],

@@ -18,8 +18,9 @@ def ray_local():
     if ray.is_initialized():
         ray.shutdown()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(address="local", num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
+    # address="local": always a fresh instance, never a cluster someone else started on this machine
+    ray.init(address="local", num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False,
+             log_to_driver=False, logging_level="ERROR")
     try:
         yield ray
     finally:

@@ -125,7 +125,9 @@ def test_property_families_respect_the_bounds(fields, prof):
 @settings(max_examples=20, deadline=None)
 @given(fields=configs, prof=profiles, sync=st.sampled_from(["async", "sync"]))
 def test_property_throughput_non_decreasing_in_workers(fields, prof, sync):
-    cfg = ConfigFields.model_validate({**fields, "sync": sync})
+    # sync mode pulls after every step (the barrier is the pull): the spec requires pull_every 1
+    extra = {"pull_every": 1} if sync == "sync" else {}
+    cfg = ConfigFields.model_validate({**fields, "sync": sync, **extra})
     for family in ModelFamily:
         x = scaling_curve(family, step_terms(cfg, prof), 80).throughput_per_s
         assert np.all(np.diff(x) >= -1e-9 * x[1:]), family
