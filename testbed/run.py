@@ -121,6 +121,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     ``monitor_interval_s`` is the node monitors' sampling interval (None: no monitors).
     """
     configs = expand(spec)
+    if monitor_interval_s is not None and monitor_interval_s <= 0:
+        raise UserError(f"the monitor interval must be > 0 s (or None: no monitors), got {monitor_interval_s}")
     if address:
         check_address(address)  # before a run folder exists: nothing to clean up
     check_memory(configs, psutil.virtual_memory().available)
