@@ -63,10 +63,21 @@ def _progress() -> Progress:
 def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
         out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
-        set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)")) -> None:
-    """Run every config x repeat of SPEC and write a run folder."""
+        set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
+        monitor_interval: str = typer.Option("200ms", "--monitor-interval",
+                                             help="node monitors' sampling interval ('0' turns them off)")) -> None:
+    """Run every config x repeat of SPEC and write a run folder with its report."""
+    from testbed.report import write_report
     from testbed.run import run_experiment
     from testbed.spec import load_spec
+    from testbed.units import parse_seconds
+
+    try:
+        interval_s = parse_seconds(monitor_interval)
+    except (ValueError, TypeError) as err:
+        raise UserError(f"--monitor-interval {monitor_interval!r}: {err}") from None
+    if interval_s < 0:
+        raise UserError(f"--monitor-interval {monitor_interval!r}: must be >= 0 (0 turns the monitors off)")
 
     experiment = load_spec(spec, overrides=set_)
     with _progress() as bar:
@@ -75,7 +86,9 @@ def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
         def progress(label: str, done: int, total: int) -> None:
             bar.update(task, description=label, completed=done, total=total)
 
-        folder = run_experiment(experiment, out=out, address=address, progress=progress)
+        folder = run_experiment(experiment, out=out, address=address, progress=progress,
+                                monitor_interval_s=interval_s or None)
+    write_report(folder.path)
     out_console.print(summary_table(folder.summary()))
     out_console.print(f"results: {folder.path}")
 
@@ -162,6 +175,14 @@ def predict(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
     if csv:
         write_csv(frame, csv)
         out_console.print(f"written: {csv}")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="a run folder written by `testbed run`")) -> None:
+    """Regenerate RUN_DIR's summary.csv, trace.json, plots and report.md from its records."""
+    from testbed.report import write_report
+    path = write_report(run_dir)
+    out_console.print(f"report: {path}")
 
 
 @app.command()

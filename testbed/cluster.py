@@ -2,6 +2,14 @@
 
 The only module besides ``testbed.run`` that calls ``ray.init``. An address where
 nothing answers fails fast with a ``UserError`` instead of Ray's long retry loop.
+
+Code on every node: when connecting to a cluster, the driver ships its own copy of
+the ``testbed`` and ``actors`` packages as the job's runtime environment
+(``py_modules``), so nodes where the package is not installed, or is installed at
+another version, run exactly the driver's code. Inside ``ray job submit`` the job's
+own runtime environment (``--working-dir .``) already does that and is left alone.
+The third-party dependencies (numpy, pydantic, ...) must be installed on every node;
+Ray's images and ``pip install ddnn-testbed`` both provide them.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from typing import Iterator, Optional
 
 from testbed.errors import UserError
 
-__all__ = ["ray_session", "check_address", "DEFAULT_OBJECT_STORE_BYTES"]
+__all__ = ["ray_session", "check_address", "runtime_env", "DEFAULT_OBJECT_STORE_BYTES"]
 
 DEFAULT_OBJECT_STORE_BYTES = 512 * 2**20
 _MIN_OBJECT_STORE_BYTES = 128 * 2**20
@@ -36,6 +44,17 @@ def check_address(address: str, timeout_s: float = 3.0) -> None:
             f"on that host, or leave out --address to run on local Ray") from None
 
 
+def runtime_env(environ: Optional[dict[str, str]] = None) -> Optional[dict]:
+    """The runtime environment a cluster driver asks for: the local packages, unless the
+    process is the entrypoint of ``ray job submit`` (whose runtime env then applies)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # set by Ray's job supervisor for the entrypoint
+        return None
+    import actors
+    import testbed
+    return {"py_modules": [testbed, actors], "excludes": ["__pycache__", "*.pyc"]}
+
+
 @contextlib.contextmanager
 def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None,
                 object_store_bytes: Optional[int] = None) -> Iterator[None]:
@@ -51,7 +70,7 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
     if address:
         check_address(address)
         try:
-            ray.init(address=address, **kwargs)
+            ray.init(address=address, runtime_env=runtime_env(), **kwargs)
         except ConnectionError as err:
             raise UserError(f"no Ray cluster answers at {address!r} ({err}); start one with `ray start --head`, "
                             f"or leave out --address to run on local Ray") from None

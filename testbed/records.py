@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 __all__ = [
     "Phase", "Role", "TimingEvent", "EventRecorder", "EVENT_SCHEMA", "events_to_columns",
-    "concat_columns", "columns_to_events",
+    "concat_columns", "columns_to_events", "RESOURCE_SCHEMA",
 ]
 
 
@@ -70,6 +70,23 @@ EVENT_SCHEMA: tuple[tuple[str, str, type], ...] = (
     ("bytes", "int64", int),
     ("staleness", "int64", int),
 )
+
+# The node monitors' samples (actors.monitor), declared once like the events: (column, arrow type name).
+# The run folder's resources.parquet has these columns.
+RESOURCE_SCHEMA: tuple[tuple[str, str], ...] = (
+    ("node", "string"),
+    ("config_id", "string"),
+    ("repeat", "int32"),
+    ("time_ns", "int64"),              # wall clock of the node (time.time_ns)
+    ("cpu_percent", "float64"),        # all cores: 100 means every core busy
+    ("memory_used_bytes", "int64"),
+    ("memory_percent", "float64"),
+    ("disk_read_bytes_per_s", "float64"),
+    ("disk_write_bytes_per_s", "float64"),
+    ("net_sent_bytes_per_s", "float64"),
+    ("net_recv_bytes_per_s", "float64"),
+)
+
 _CONSTANT = ("run_id", "config_id", "repeat", "actor", "role", "node")
 _VARYING = ("phase", "step", "start_ns", "duration_ns", "bytes", "staleness")
 

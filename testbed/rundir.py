@@ -5,7 +5,9 @@ Layout::
 
     manifest.json        schema version, status, resolved spec, configs, versions, host, git
     events.parquet/      one Parquet file per finished config and repeat (reads as one table)
+    resources.parquet    the node monitors' samples, all configs (rewritten when a config ends)
     summary.csv          one row per config and repeat, derived from the events
+    trace.json           the events as a Chrome trace (Perfetto, chrome://tracing)
 
 Every file is written atomically (temporary file, fsync, rename).
 """
@@ -28,17 +30,31 @@ import pyarrow.parquet as pq
 
 from testbed import __version__
 from testbed.errors import UserError
-from testbed.records import EVENT_SCHEMA
+from testbed.records import EVENT_SCHEMA, RESOURCE_SCHEMA
 
 __all__ = ["RunFolder", "MANIFEST_SCHEMA_VERSION", "atomic_write_bytes", "atomic_write_text", "default_run_dir",
-           "software_versions", "git_commit", "arrow_schema"]
+           "software_versions", "git_commit", "arrow_schema", "resource_schema", "RUN_FOLDER_ENTRIES"]
 
 MANIFEST_SCHEMA_VERSION = 1
 EVENTS_DIR = "events.parquet"
+RESOURCES_FILE = "resources.parquet"
+# What `testbed.run.run_experiment` leaves in a run folder, on one machine or many
+# (`testbed report` adds report.md and its plots).
+RUN_FOLDER_ENTRIES = ("manifest.json", EVENTS_DIR, RESOURCES_FILE, "summary.csv", "trace.json")
 
 
 def arrow_schema() -> pa.Schema:
     return pa.schema([(name, getattr(pa, arrow)()) for name, arrow, _ in EVENT_SCHEMA])
+
+
+def resource_schema() -> pa.Schema:
+    return pa.schema([(name, getattr(pa, arrow)()) for name, arrow in RESOURCE_SCHEMA])
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -154,10 +170,8 @@ class RunFolder:
                             status: str = "ok", info: Optional[dict[str, Any]] = None) -> Path:
         """Write one config repeat's events atomically and record it as finished."""
         table = pa.Table.from_pydict(columns, schema=arrow_schema())
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
         target = self.path / EVENTS_DIR / f"{config_id}-r{repeat}.parquet"
-        atomic_write_bytes(target, sink.getvalue().to_pybytes())
+        atomic_write_bytes(target, _parquet_bytes(table))
         self.manifest["finished"].append({"config_id": config_id, "repeat": repeat, "status": status,
                                           "events": len(table), **(info or {})})
         self.write_manifest()
@@ -165,6 +179,20 @@ class RunFolder:
 
     def write_summary(self, frame) -> None:
         atomic_write_text(self.path / "summary.csv", frame.to_csv(index=False))
+
+    def append_resources(self, columns: dict[str, list]) -> None:
+        """Add one config's monitor samples; the file is rewritten whole, atomically (it is small:
+        a few rows a second per node)."""
+        table = pa.Table.from_pydict(columns, schema=resource_schema())
+        path = self.path / RESOURCES_FILE
+        if path.is_file():
+            table = pa.concat_tables([pq.read_table(path, schema=resource_schema()), table])
+        atomic_write_bytes(path, _parquet_bytes(table))
+
+    def write_trace(self, trace: dict[str, Any]) -> Path:
+        path = self.path / "trace.json"
+        atomic_write_text(path, json.dumps(trace, separators=(",", ":")))
+        return path
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod
@@ -181,6 +209,12 @@ class RunFolder:
             raise UserError(f"{path} was written by a newer ddnn-testbed (schema {manifest['schema_version']}); upgrade")
         return cls(path, manifest)
 
+    def node_ips(self) -> dict[str, str]:
+        """Node id -> IP of every node the run saw (the cluster at start, and every actor's node)."""
+        ips = {n["node"]: n["ip"] for n in self.manifest.get("cluster", [])}
+        ips.update(self.manifest.get("nodes", {}))
+        return ips
+
     def event_files(self) -> Iterator[Path]:
         yield from sorted((self.path / EVENTS_DIR).glob("*.parquet"))
 
@@ -190,6 +224,13 @@ class RunFolder:
         if not files:
             return arrow_schema().empty_table().to_pandas()
         return pa.concat_tables([pq.read_table(f, schema=arrow_schema()) for f in files]).to_pandas()
+
+    def resources(self):
+        """The monitor samples as a DataFrame, or None when the run has none."""
+        path = self.path / RESOURCES_FILE
+        if not path.is_file():
+            return None
+        return pq.read_table(path, schema=resource_schema()).to_pandas()
 
     def summary(self):
         import pandas as pd

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from testbed.emulate import GradientSource, initial_parameters
-from testbed.rundir import RunFolder
+from testbed.rundir import RUN_FOLDER_ENTRIES, RunFolder
 from testbed.run import run_config, run_experiment
 from testbed.spec import expand, parse_spec
 from testbed.summary import SUMMARY_COLUMNS
@@ -85,6 +85,7 @@ def test_events_carry_node_and_phases_nest(outcome):
 def test_run_folder_loads_back(ray_local, tmp_path):
     spec = make_spec(workload={"steps": 4}, sweep={"workers": [1, 2]}, repeats=2)
     folder = run_experiment(spec, out=tmp_path / "run")
+    assert {p.name for p in (tmp_path / "run").iterdir()} == set(RUN_FOLDER_ENTRIES)
     again = RunFolder.open(tmp_path / "run")
     assert again.manifest["status"] == "complete"
     assert len(again.manifest["finished"]) == 4

@@ -1,0 +1,161 @@
+"""The report of a run folder: ``summary.csv`` regenerated from the events, ``trace.json``,
+``report.md`` and a per-node utilisation plot.
+
+Everything is derived from what the run folder holds (events, manifest, monitor
+samples), so a report can be rebuilt at any time with ``testbed report RUN_DIR``.
+Each section is a small function returning Markdown lines, so later sections (the
+model's predictions, measured against predicted) slot in beside them.
+
+Clocks: durations are monotonic per node and exact; start times are each node's wall
+clock. The manifest holds each node's estimated offset against the driver's clock;
+the plot shifts the samples by it, and the report states the largest one.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import pandas as pd
+
+from testbed.records import Phase, Role
+from testbed.rundir import RunFolder, atomic_write_text
+from testbed.summary import summarize
+from testbed.trace import chrome_trace
+
+__all__ = ["write_report", "markdown_table", "summary_section", "nodes_section", "clock_section",
+           "plot_utilisation", "max_clock_offset_ns", "UTILISATION_PNG"]
+
+UTILISATION_PNG = "utilisation.png"
+# Driver spans shaded on the plot; the colours are matplotlib's defaults, one per phase.
+_SPAN_COLOURS = {Phase.SETUP.value: "tab:gray", Phase.INIT.value: "tab:orange", Phase.TRAIN.value: "tab:green"}
+_SUMMARY_SHOWN = ["config_id", "repeat", "workers", "servers", "setup_s", "init_s", "train_s", "steps_per_s",
+                  "compute_mean_s", "push_mean_s", "queue_mean_s", "apply_mean_s"]
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Regenerate the summary, the trace, the plot and ``report.md`` of a run folder; returns the report's path."""
+    folder = RunFolder.open(run_dir)
+    events = folder.events()
+    summary = summarize(events, folder.manifest["configs"])
+    folder.write_summary(summary)
+    folder.write_trace(chrome_trace(events, folder.node_ips()))
+    resources = folder.resources()
+    plot = plot_utilisation(resources, events, folder.manifest.get("clock_offsets", {}),
+                            folder.path / UTILISATION_PNG)
+    lines = [f"# {folder.manifest['experiment']}: run {folder.manifest['run_id']}", "",
+             f"Status: {folder.manifest['status']}; started {folder.manifest['started']}, "
+             f"ended {folder.manifest.get('ended')}.", ""]
+    lines += summary_section(summary)
+    lines += nodes_section(folder, events, resources)
+    lines += clock_section(folder.manifest)
+    if plot is not None:
+        lines += ["## Utilisation", "", f"![utilisation per node]({plot.name})", "",
+                  "CPU (left axis) and disk and network throughput (right axis) per node, sampled by the node "
+                  "monitors; the shaded spans are the driver's setup, init and train phases of each config.", ""]
+    lines += ["Trace: `trace.json` (open it in Perfetto or chrome://tracing).", ""]
+    path = folder.path / "report.md"
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def markdown_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[str]:
+    """A GitHub-flavoured Markdown table; floats with 4 significant digits, NaN as '-'."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else f"{v:.4g}"
+        return str(v)
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return out
+
+
+def summary_section(summary: pd.DataFrame) -> list[str]:
+    if summary.empty:
+        return ["## Summary", "", "No config finished.", ""]
+    shown = summary[_SUMMARY_SHOWN]
+    return ["## Summary", "", "Per config and repeat; phase means per step, in seconds (`summary.csv` has all "
+            "columns).", "", *markdown_table(shown.itertuples(index=False, name=None), _SUMMARY_SHOWN), ""]
+
+
+def nodes_section(folder: RunFolder, events: pd.DataFrame, resources: Optional[pd.DataFrame]) -> list[str]:
+    ips = folder.node_ips()
+    offsets = folder.manifest.get("clock_offsets", {})
+    nodes = sorted(set(ips) | set(events["node"]), key=lambda n: (ips.get(n, ""), n))
+    rows = []
+    for node in nodes:
+        mine = events[events["node"] == node]
+        roles = mine.drop_duplicates(["config_id", "repeat", "actor"])["role"].value_counts()
+        samples = resources[resources["node"] == node] if resources is not None else None
+        cpu = float(samples["cpu_percent"].mean()) if samples is not None and len(samples) else float("nan")
+        offset = offsets.get(node, {}).get("offset_ns")
+        rows.append((node[:12], ips.get(node, "?"), int(roles.get(Role.WORKER.value, 0)),
+                     int(roles.get(Role.SERVER.value, 0)), "yes" if (mine["role"] == Role.DRIVER.value).any() else "",
+                     cpu, "-" if offset is None else f"{offset / 1e6:+.3f}"))
+    columns = ["node", "ip", "workers", "servers", "driver", "mean cpu %", "clock offset ms"]
+    return ["## Nodes", "", "Actors counted over all configs and repeats.", "", *markdown_table(rows, columns), ""]
+
+
+def max_clock_offset_ns(manifest: dict[str, Any]) -> Optional[int]:
+    """The largest |offset| + rtt/2 over the nodes: how far a node's clock may be from the driver's."""
+    offsets = manifest.get("clock_offsets") or {}
+    if not offsets:
+        return None
+    return max(abs(o["offset_ns"]) + o["rtt_ns"] // 2 for o in offsets.values())
+
+
+def clock_section(manifest: dict[str, Any]) -> list[str]:
+    bound = max_clock_offset_ns(manifest)
+    text = ("Durations are measured with each node's monotonic clock and are exact. Start times are each node's "
+            "wall clock, so events of different nodes line up only as well as the clocks agree. ")
+    if bound is None:
+        text += "This run has no clock-offset estimate (no node monitors)."
+    else:
+        text += (f"The nodes' clocks were at most {bound / 1e6:.3f} ms from the driver's (estimated offset plus half "
+                 f"the round trip, measured when the run started); compare start times across nodes only at "
+                 f"coarser resolution than that.")
+    return ["## Clocks", "", text, ""]
+
+
+def _driver_spans(events: pd.DataFrame) -> pd.DataFrame:
+    driver = events[(events["role"] == Role.DRIVER.value) & events["phase"].isin(list(_SPAN_COLOURS))]
+    return driver[["config_id", "phase", "start_ns", "duration_ns"]]
+
+
+def plot_utilisation(resources: Optional[pd.DataFrame], events: pd.DataFrame, offsets: dict[str, Any],
+                     path: Path) -> Optional[Path]:
+    """One panel per node: CPU %, disk and network bytes/s over time, driver phases shaded; None without samples."""
+    if resources is None or resources.empty:
+        return None
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+
+    nodes = sorted(resources["node"].unique())
+    origin = int(events["start_ns"].min()) if len(events) else int(resources["time_ns"].min())
+    fig = Figure(figsize=(10, 2.2 * len(nodes) + 0.6), layout="constrained")
+    axes = fig.subplots(len(nodes), 1, sharex=True, squeeze=False)[:, 0]
+    spans = _driver_spans(events)
+    for ax, node in zip(axes, nodes):
+        s = resources[resources["node"] == node].sort_values("time_ns")
+        shift = offsets.get(node, {}).get("offset_ns", 0)  # onto the driver's clock
+        t = (s["time_ns"] - shift - origin) / 1e9
+        ax.plot(t, s["cpu_percent"], color="tab:blue")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("cpu %")
+        ax.set_title(f"node {node[:12]}", fontsize=9, loc="left")
+        io = ax.twinx()
+        io.plot(t, (s["disk_read_bytes_per_s"] + s["disk_write_bytes_per_s"]) / 2**20, color="tab:red")
+        io.plot(t, (s["net_sent_bytes_per_s"] + s["net_recv_bytes_per_s"]) / 2**20, color="tab:purple")
+        io.set_ylabel("MiB/s")
+        for _, span in spans.iterrows():
+            x0 = (span["start_ns"] - origin) / 1e9
+            ax.axvspan(x0, x0 + span["duration_ns"] / 1e9, color=_SPAN_COLOURS[span["phase"]], alpha=0.15, lw=0)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    handles = [Line2D([], [], color=c, label=label) for c, label in
+               (("tab:blue", "cpu %"), ("tab:red", "disk MiB/s"), ("tab:purple", "net MiB/s"))]
+    handles += [Patch(color=c, alpha=0.3, label=p) for p, c in _SPAN_COLOURS.items()]
+    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8)
+    axes[-1].set_xlabel("seconds since the run's first event (driver clock)")
+    fig.savefig(path, dpi=90)
+    return path
