@@ -70,27 +70,67 @@ def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
     from testbed.report import write_report
     from testbed.run import run_experiment
     from testbed.spec import load_spec
-    from testbed.units import parse_seconds
 
-    try:
-        interval_s = parse_seconds(monitor_interval)
-    except (ValueError, TypeError) as err:
-        raise UserError(f"--monitor-interval {monitor_interval!r}: {err}") from None
-    if interval_s < 0:
-        raise UserError(f"--monitor-interval {monitor_interval!r}: must be >= 0 (0 turns the monitors off)")
-
+    interval_s = _interval(monitor_interval)
     experiment = load_spec(spec, overrides=set_)
     with _progress() as bar:
         task = bar.add_task(experiment.name, total=None)
 
         def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total)
+            bar.update(task, description=label, completed=done, total=total or None)
 
         folder = run_experiment(experiment, out=out, address=address, progress=progress,
-                                monitor_interval_s=interval_s or None)
+                                monitor_interval_s=interval_s)
     write_report(folder.path)
     out_console.print(summary_table(folder.summary()))
     out_console.print(f"results: {folder.path}")
+
+
+def _interval(text: str) -> Optional[float]:
+    """The --monitor-interval option in seconds; None turns the monitors off."""
+    from testbed.units import parse_seconds
+    try:
+        interval_s = parse_seconds(text)
+    except (ValueError, TypeError) as err:
+        raise UserError(f"--monitor-interval {text!r}: {err}") from None
+    if interval_s < 0:
+        raise UserError(f"--monitor-interval {text!r}: must be >= 0 (0 turns the monitors off)")
+    return interval_s or None
+
+
+@app.command()
+def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+             out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
+             address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
+             profile: Optional[Path] = typer.Option(None, "--profile", help="use this profile instead of calibrating"),
+             recalibrate: bool = typer.Option(False, "--recalibrate", help="measure the hardware again"),
+             set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
+             monitor_interval: str = typer.Option("200ms", "--monitor-interval",
+                                                  help="node monitors' sampling interval ('0' turns them off)")) -> None:
+    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
+    from testbed.spec import load_spec
+    from testbed.validate import validate as run_validation
+
+    interval_s = _interval(monitor_interval)
+    experiment = load_spec(spec, overrides=set_)
+    with _progress() as bar:
+        task = bar.add_task(experiment.name, total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total or None)
+
+        folder = run_validation(experiment, out=out, address=address, profile_path=profile,
+                                recalibrate=recalibrate, progress=progress, monitor_interval_s=interval_s)
+    out_console.print(summary_table(folder.summary()))
+    errors = folder.path / "errors.csv"
+    if errors.is_file():
+        import pandas as pd
+        frame = pd.read_csv(errors)
+        frame = frame[frame["phase"].isin(["init", "train", "total"])]
+        for _, row in frame.iterrows():
+            out_console.print(f"{row['model']:>9} {row['phase']:>5}: median |error| {row['median_abs_err']:.1%}, "
+                              f"max {row['max_abs_err']:.1%}")
+    out_console.print(f"results: {folder.path} (report: {folder.path / 'report.md'})")
 
 
 calibrate_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
@@ -178,9 +218,18 @@ def predict(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
 
 
 @app.command()
-def report(run_dir: Path = typer.Argument(..., help="a run folder written by `testbed run`")) -> None:
+def report(run_dir: Path = typer.Argument(..., help="a run folder written by `testbed run`"),
+           profile: Optional[Path] = typer.Option(None, "--profile",
+                                                  help="compare with the model on this profile (saved in the folder)")
+           ) -> None:
     """Regenerate RUN_DIR's summary.csv, trace.json, plots and report.md from its records."""
     from testbed.report import write_report
+    if profile is not None:
+        from testbed.profile import load_profile, save_profile
+        from testbed.rundir import RunFolder
+        from testbed.validate import PROFILE_FILE
+        folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
+        save_profile(load_profile(profile), folder.path / PROFILE_FILE)
     path = write_report(run_dir)
     out_console.print(f"report: {path}")
 

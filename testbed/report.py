@@ -47,7 +47,10 @@ def write_report(run_dir: str | Path) -> Path:
     lines = [f"# {folder.manifest['experiment']}: run {folder.manifest['run_id']}", "",
              f"Status: {folder.manifest['status']}; started {folder.manifest['started']}, "
              f"ended {folder.manifest.get('ended')}.", ""]
+    lines += data_section(folder.manifest)
     lines += summary_section(summary)
+    lines += model_sections(folder)
+    lines += staleness_section(folder, events)
     lines += nodes_section(folder, events, resources)
     lines += clock_section(folder.manifest)
     if plot is not None:
@@ -58,6 +61,52 @@ def write_report(run_dir: str | Path) -> Path:
     path = folder.path / "report.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def data_section(manifest: dict[str, Any]) -> list[str]:
+    """Where the data set was and whether its reads bypassed the page cache."""
+    data = manifest.get("data") or []
+    if not data:
+        return []
+    lines = ["## Data", ""]
+    for d in data:
+        lines.append(f"- `{d['directory']}` on {d['fs_type'] or '?'}, {d['bytes']} bytes; cache_bypass: "
+                     f"{str(d['cache_bypass']).lower()}")
+    if manifest.get("cache_bypass") is False:
+        lines += ["", "**The data set is on a memory-backed file system (run with `allow_cached`): its reads "
+                  "came from RAM, not a disk, so the init and read phases do not measure a disk.**"]
+    return lines + [""]
+
+
+def model_sections(folder: RunFolder) -> list[str]:
+    """Measured against predicted, when the folder holds the profile the run was predicted with
+    (``testbed validate`` saves it; ``testbed report --profile`` can add one)."""
+    from testbed.validate import PROFILE_FILE
+    path = folder.path / PROFILE_FILE
+    if not path.is_file():
+        return ["## Model", "", "No hardware profile in this folder, so no predictions: run `testbed validate`, "
+                "or `testbed report RUN_DIR --profile PROFILE`.", ""]
+    from testbed.profile import load_profile
+    from testbed.validation import compare_run, comparison_markdown, write_comparison
+    comparison = compare_run(folder, load_profile(path))
+    write_comparison(folder, comparison)
+    return [comparison_markdown(comparison), ""]
+
+
+def staleness_section(folder: RunFolder, events: pd.DataFrame) -> list[str]:
+    """The staleness of applied updates: its distribution per config, when any was recorded."""
+    applies = events[(events["phase"] == Phase.APPLY.value) & (events["staleness"] >= 0)]
+    if applies.empty:
+        return []
+    from testbed import plots
+    (folder.path / "plots").mkdir(exist_ok=True)
+    plots.save(plots.staleness_histogram(events), folder.path / "plots" / "staleness.png")
+    stats = applies.groupby("config_id", sort=False)["staleness"].agg(
+        mean="mean", p50=lambda s: s.quantile(0.5), p99=lambda s: s.quantile(0.99), max="max").reset_index()
+    return ["## Staleness", "", "Updates applied to a shard between a worker's pull and its push of a gradient "
+            "(0: the gradient was computed on the newest parameters).", "",
+            *markdown_table(stats.itertuples(index=False, name=None), ["config_id", "mean", "p50", "p99", "max"]),
+            "", "![staleness](plots/staleness.png)", ""]
 
 
 def markdown_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from actors.monitor import DEFAULT_INTERVAL_S
 from testbed.calibrate import calibrate
 from testbed.profile import HardwareProfile, load_profile, save_profile
 from testbed.rundir import RunFolder
@@ -23,7 +24,8 @@ PROFILE_FILE = "profile.json"
 
 def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
              profile_path: Optional[Path] = None, recalibrate: bool = False,
-             progress: Optional[Callable[[str, int, int], None]] = None) -> RunFolder:
+             progress: Optional[Callable[[str, int, int], None]] = None,
+             monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S) -> RunFolder:
     """Run ``spec`` and compare it with every model family; returns the run folder."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = expand(spec)
@@ -36,7 +38,7 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
                                        with_disk=needs_disk, progress=lambda what: say(f"calibrating: {what}"))
         if reused:
             say("using the cached hardware profile")
-    folder = run_experiment(spec, out=out, address=address, progress=progress)
+    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s)
     save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report import write_report
     write_report(folder.path)
