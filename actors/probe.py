@@ -67,6 +67,24 @@ class Probe:
             out.append(time.perf_counter() - t0)
         return out
 
+    def transfer_sweep_s(self, target: Any, sizes: list[int], repeats: int,
+                         pause_s: float = 0.0) -> dict[int, list[float]]:
+        """Like ``transfer_s`` for several sizes, interleaved round-robin so that a burst of
+        load elsewhere on the machine falls on every size alike."""
+        import ray
+        payloads = {n: np.ones(n // 4, dtype=np.float32) for n in sizes}
+        for p in payloads.values():
+            ray.get(target.f.remote(p))
+        out: dict[int, list[float]] = {n: [] for n in sizes}
+        for _ in range(repeats):
+            for n, p in payloads.items():
+                if pause_s:
+                    time.sleep(pause_s)
+                t0 = time.perf_counter()
+                ray.get(target.f.remote(p))
+                out[n].append(time.perf_counter() - t0)
+        return out
+
     def push_pull_loop(self, server: Any, nbytes: int, steps: int, pause_s: float = 0.0) -> dict[str, float]:
         """A worker's step loop: a pause (sleep-mode compute), a push, a pull, ``steps`` times.
 
@@ -86,6 +104,18 @@ class Probe:
             ray.get(server.pull.remote())
             busy += time.perf_counter() - t0
         return {"cpu_per_step_s": (time.process_time() - cpu0) / steps, "wall_per_step_s": busy / steps}
+
+    def fill_bytes_per_s(self, nbytes: int) -> float:
+        """How fast a worker produces a gradient (``GradientSource.fill``: one multiply pass)."""
+        from testbed.emulate import GradientSource
+        source = GradientSource(0, 0, nbytes // 4)
+        source.fill(0)
+        times = []
+        for step in range(10):
+            t0 = time.perf_counter()
+            source.fill(step)
+            times.append(time.perf_counter() - t0)
+        return nbytes / float(np.median(times))
 
     def matmul_flops_per_s(self, n: int) -> float:
         return matmul_flops_per_s(n)

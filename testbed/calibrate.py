@@ -98,45 +98,59 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
-    """Measure the Ray-side figures on the Ray this process is connected to."""
+def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress) -> dict[int, float]:
+    """Seconds from asking for k new actors until all answer, for each k in ``counts``.
+
+    Actor start-up is a process start each, a few at a time, and slows as more processes
+    live: the curve, not one figure, predicts a config's setup."""
     import ray
+    out = {}
+    for k in counts:
+        progress(f"actor start-up ({k} actors)")
+        t0 = time.perf_counter()
+        actors = [echo_cls.remote() for _ in range(k)]
+        ray.get([a.cpu_s.remote() for a in actors])
+        out[k] = time.perf_counter() - t0
+        for a in actors:
+            ray.kill(a)
+        time.sleep(0.5)  # let the killed processes go before the next count
+    return out
 
-    from actors.probe import Echo, Probe
-    from actors.server import ServerActor
 
+def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, float]:
+    """L (an empty call), and the object-store path: its fixed cost and bandwidth W."""
+    import ray
     reps = 60 if quick else 200
-    probe_cls = ray.remote(Probe).options(num_cpus=0)
-    echo_cls = ray.remote(Echo).options(num_cpus=0)
-
-    progress("actor start-up")
-    t0 = time.perf_counter()
-    probe = probe_cls.remote()
-    echo = echo_cls.remote()
-    ray.get([probe.cpu_s.remote(), echo.cpu_s.remote()])
-    t_two = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    extra_actors = [echo_cls.remote() for _ in range(4)]
-    ray.get([a.cpu_s.remote() for a in extra_actors])
-    actor_setup_s = (time.perf_counter() - t0) / 4
-    for a in extra_actors:
-        ray.kill(a)
-
     # Workers call the shards after a pause (their compute), and an actor call after a pause
     # costs more than one in a tight loop (threads park and must be woken): calibrate the way
     # workers call, and keep the tight-loop figure for reference.
     progress("actor-call latency")
     latency_s = _median(ray.get(probe.latency_s.remote(echo, reps // 2, CALL_PAUSE_S)))
     latency_hot_s = _median(ray.get(probe.latency_s.remote(echo, reps)))
-
+    # Arguments above Ray's inline limit (100 KiB) go through the object store, which has a
+    # fixed cost of its own on top of the call; fit time = L + L_store + bytes / W over sizes
+    # that all take that path.
     progress("transfer bandwidth")
-    sizes = [2**20, 8 * 2**20, 32 * 2**20]
-    times = [_median(ray.get(probe.transfer_s.remote(echo, s, 8 if quick else 20, CALL_PAUSE_S))) for s in sizes]
-    _, slope = fit_line(sizes, times)
-    transfer_bps = 1.0 / slope if slope > 0 else sizes[-1] / times[-1]
+    sizes = [256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20]
+    sweep = ray.get(probe.transfer_sweep_s.remote(echo, sizes, 10 if quick else 30, CALL_PAUSE_S))
+    times = [_median(sweep[n]) for n in sizes]
+    intercept, slope = fit_line(sizes, times)
+    return {"actor_call_latency_s": latency_s, "actor_call_latency_hot_s": latency_hot_s,
+            "object_store_call_s": max(0.0, intercept - latency_s),
+            "transfer_bytes_per_s_local": 1.0 / slope if slope > 0 else sizes[-1] / max(times[-1] - intercept, 1e-9),
+            "transfer_points": dict(zip(map(str, sizes), times))}
+
+
+def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, Any]:
+    """A shard's apply bandwidth A, copy bandwidth C, per-call CPU overhead o, and a worker's
+    own CPU per step, from a worker-like push/pull loop against a real shard."""
+    import ray
+
+    from actors.server import ServerActor
+    from testbed.records import Phase
 
     progress("server apply and per-call overhead")
-    server_rows = []
+    rows = []
     for nbytes in (64 * 2**10, 4 * 2**20, 16 * 2**20):
         server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=4).remote(
             shard=0, lo=0, hi=nbytes // 4, seed=0, learning_rate=0.01, run_id="calibrate", config_id="calibrate",
@@ -149,37 +163,63 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         copy_s = ray.get(server.__ray_call__.remote(_time_copy))
         export = ray.get(server.events.remote())
         ray.kill(server)
-        from testbed.records import Phase
         phases = np.frombuffer(export["phase"], dtype=np.int8)
         durations = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)]
-        server_rows.append({"bytes": nbytes, "apply_s": float(np.median(durations[-steps:])) / 1e9,
-                            "copy_s": copy_s, "server_cpu_per_step_s": (cpu1 - cpu0) / (steps + 1),
-                            **loop})
-    _, apply_slope = fit_line([r["bytes"] for r in server_rows], [r["apply_s"] for r in server_rows])
-    _, copy_slope = fit_line([r["bytes"] for r in server_rows], [r["copy_s"] for r in server_rows])
-    small = server_rows[0]
+        rows.append({"bytes": nbytes, "apply_s": float(np.median(durations[-steps:])) / 1e9, "copy_s": copy_s,
+                     "server_cpu_per_step_s": (cpu1 - cpu0) / (steps + 1), **loop})
+    sizes = [r["bytes"] for r in rows]
+    _, apply_slope = fit_line(sizes, [r["apply_s"] for r in rows])
+    _, copy_slope = fit_line(sizes, [r["copy_s"] for r in rows])
+    _, worker_cpu_slope = fit_line(sizes, [r["cpu_per_step_s"] for r in rows])
+    small = rows[0]
     # Two calls per step (a push and a pull); what the shard's CPU spends beyond the apply and
     # the copy is the per-call overhead.
     overhead_s = max(0.0, (small["server_cpu_per_step_s"] - small["apply_s"] - small["copy_s"]) / 2)
+    return {
+        "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else rows[-1]["bytes"] / rows[-1]["apply_s"],
+        "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else rows[-1]["bytes"] / rows[-1]["copy_s"],
+        "server_call_overhead_s": overhead_s,
+        "worker_cpu_per_step_s": small["cpu_per_step_s"],
+        "worker_cpu_bytes_per_s": 1.0 / worker_cpu_slope if worker_cpu_slope > 0 else 0.0,
+        "rows": rows,
+    }
 
-    progress("matmul FLOP rate")
+
+def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
+    """Measure the Ray-side figures on the Ray this process is connected to."""
+    import ray
+
+    from actors.probe import Echo, Probe
+
+    probe_cls = ray.remote(Probe).options(num_cpus=0)
+    echo_cls = ray.remote(Echo).options(num_cpus=0)
+    probe, echo = probe_cls.remote(), echo_cls.remote()
+    ray.get([probe.cpu_s.remote(), echo.cpu_s.remote()])
+    calls = _measure_calls(probe, echo, quick, progress)
+    server = _measure_server(probe, quick, progress)
+    progress("matmul FLOP rate and gradient production")
     flops = ray.get(probe.matmul_flops_per_s.remote(384))
+    fill_bps = ray.get(probe.fill_bytes_per_s.remote(16 * 2**20))
     for a in (probe, echo):
         ray.kill(a)
+    setup = _measure_setup(echo_cls, (2, 4) if quick else (2, 6, 12), progress)
+    (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     return {
-        "actor_call_latency_s": latency_s,
-        "transfer_bytes_per_s_local": transfer_bps,
-        "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else server_rows[-1]["bytes"] / server_rows[-1]["apply_s"],
-        "server_call_overhead_s": overhead_s,
+        "actor_call_latency_s": calls["actor_call_latency_s"],
+        "transfer_bytes_per_s_local": calls["transfer_bytes_per_s_local"],
+        "server_apply_bytes_per_s": server["server_apply_bytes_per_s"],
+        "server_call_overhead_s": server["server_call_overhead_s"],
         "flops_per_s": flops,
+        "setup_s_by_actors": setup,
         "extra": {
-            "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else server_rows[-1]["bytes"] / server_rows[-1]["copy_s"],
-            "worker_cpu_per_step_s": small["cpu_per_step_s"],
-            "actor_setup_s": actor_setup_s,
-            "first_actors_setup_s": t_two,
-            "actor_call_latency_hot_s": latency_hot_s,
+            "object_store_call_s": calls["object_store_call_s"],
+            "actor_call_latency_hot_s": calls["actor_call_latency_hot_s"],
+            "server_copy_bytes_per_s": server["server_copy_bytes_per_s"],
+            "worker_cpu_per_step_s": server["worker_cpu_per_step_s"],
+            "gradient_fill_bytes_per_s": fill_bps,
+            "actor_setup_s": (t1 - t0) / (k1 - k0),
         },
-        "details": {"server": server_rows, "transfer": dict(zip(map(str, sizes), times))},
+        "details": {"server": server["rows"], "transfer": calls["transfer_points"]},
     }
 
 
@@ -249,6 +289,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         actor_call_latency_s=figures["actor_call_latency_s"],
         transfer_bytes_per_s_local=figures["transfer_bytes_per_s_local"],
         flops_per_s=figures["flops_per_s"], disk=disk, disk_reference=reference, extra=extra,
+        setup_s_by_actors=figures["setup_s_by_actors"],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     save_profile(profile, cache)
     if out:

@@ -72,6 +72,9 @@ class HardwareProfile:
     disk: Optional[DiskProfile] = None       # what the testbed's own reader gets: feeds the model
     disk_reference: Optional[DiskProfile] = None  # the same measurements by fio, for reference
     extra: dict[str, float] = dataclasses.field(default_factory=dict)  # further calibrated figures
+    # Seconds to start k actors at once, for a few k: start-up is not linear in k (each new
+    # process slows the others), so setup is interpolated on this curve.
+    setup_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
 
@@ -84,9 +87,24 @@ class HardwareProfile:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
+        object.__setattr__(self, "setup_s_by_actors", {int(k): float(v) for k, v in self.setup_s_by_actors.items()})
         for name in ("disk", "disk_reference"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, DiskProfile(**getattr(self, name)))
+
+    def setup_s(self, actors: int) -> Optional[float]:
+        """Seconds to start ``actors`` actors: linear between the measured counts, extended
+        beyond them along the nearest segment's slope; None when not measured."""
+        points = sorted(self.setup_s_by_actors.items())
+        if not points:
+            return None
+        if len(points) == 1:
+            k, t = points[0]
+            return t * actors / k
+        for (k0, t0), (k1, t1) in zip(points, points[1:]):
+            if actors <= k1 or (k1, t1) == points[-1]:
+                return max(0.0, t0 + (t1 - t0) * (actors - k0) / (k1 - k0))
+        raise AssertionError("unreachable")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

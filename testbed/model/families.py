@@ -74,7 +74,7 @@ class ScalingCurve:
 
 
 def _ideal_step(t: StepTerms) -> float:
-    return t.read_s + t.compute_s + t.transfer_s + t.server_demand_s
+    return t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s
 
 
 def _initial(t: StepTerms, n: np.ndarray) -> ScalingCurve:
@@ -113,7 +113,7 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     # The calibrated transfer times already contain the worker's RPC CPU work; with the
     # CPU centre in, that part moves from the delay to the centre, so N = 1 is unchanged.
     transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
-    think = transfer_delay + (0.0 if t.compute_on_cpu else t.compute_s)
+    think = transfer_delay + t.worker_extra_s + (0.0 if t.compute_on_cpu else t.compute_s)
     res = solve_mva(centres, think, int(n[-1]))
     x = res.throughput_per_s[1:]
     step = n / x
@@ -165,7 +165,7 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         compute_wall = t.compute_s * slowest
         rpc_wall = rpc_cpu * crowd
     server = n * d  # every shard applies all N pushes and serves N / k pulls per step
-    step = read + compute_wall + transfer_delay + rpc_wall + server
+    step = read + compute_wall + t.worker_extra_s + transfer_delay + rpc_wall + server
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
     stretch = (transfer_delay + rpc_wall) / t.transfer_s if t.transfer_s > 0 else np.ones(n.size)

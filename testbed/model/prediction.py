@@ -92,7 +92,7 @@ class Prediction:
 
 def _search_limit(t: StepTerms, workers: int) -> int:
     """How far the knee search looks: four times a cheap estimate of N*, at least 64."""
-    cycle = t.read_s + t.compute_s + t.transfer_s + t.server_demand_s
+    cycle = t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s
     bottleneck = max(t.server_demand_s, t.read_s / max(t.read_rate_multipliers),
                      t.cpu_demand_s / t.cores if t.has_cpu_centre else 0.0)
     n_star = cycle / bottleneck if bottleneck > 0 else math.inf
@@ -135,10 +135,11 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
     train = steps * float(curve.step_s[i])
     share = {b: steps * float(v[i]) for b, v in curve.share.items()}
     utilization = {b: float(v[i]) for b, v in curve.utilization.items()}
-    linear = family is ModelFamily.INITIAL and t.setup_per_actor_s is None
+    modelled_setup = t.setup_per_actor_s is not None or bool(t.setup_points)
+    linear = family is ModelFamily.INITIAL and not modelled_setup
     return Prediction(
         config_id=str(getattr(config, "config_id", "")), model=family, workers=big_n, servers=t.servers,
-        steps=steps, setup_s=float(setup[i]), setup_modelled=t.setup_per_actor_s is not None,
+        steps=steps, setup_s=float(setup[i]), setup_modelled=modelled_setup,
         init_s=float(init[i]), train_s=train, total_s=float(setup[i] + init[i]) + train,
         step_s=float(curve.step_s[i]), steps_per_s=big_n / float(curve.step_s[i]),
         read_s=float(curve.read_s[i]), compute_s=float(curve.compute_s[i]), push_s=float(curve.push_s[i]),

@@ -28,10 +28,13 @@ from testbed.profile import DiskProfile, HardwareProfile
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
+    "transfer_seconds", "INLINE_BYTES",
 ]
 
 # Optional figures read from HardwareProfile.extra (calibration writes them when it can).
 EXTRA_KEYS = {
+    "object_store_call_s": "fixed cost of passing one argument or result through the object store",
+    "gradient_fill_bytes_per_s": "rate at which a worker produces its gradient (untimed work per step)",
     "worker_cpu_per_step_s": "CPU a worker burns per step on RPC and serialisation (feeds the CPU centre)",
     "server_copy_bytes_per_s": "rate at which a shard copies its parameters for a pull (default: the apply rate)",
     "nodes": "number of nodes in the cluster (default 1, or len(identity['nodes']))",
@@ -85,6 +88,8 @@ class StepTerms:
     worker_cpu_s: Optional[float]       # calibrated RPC CPU per step; None: the CPU centre is left out
     cores: int                          # cores shared by the workers (all nodes)
     setup_per_actor_s: Optional[float]  # None: setup is not modelled
+    worker_extra_s: float = 0.0          # untimed worker work per step: producing the gradient
+    setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
 
     @property
     def server_demand_s(self) -> float:
@@ -106,10 +111,19 @@ class StepTerms:
         return self.worker_cpu_s is not None or (self.compute_on_cpu and self.compute_s > 0)
 
     def setup_s(self, workers: int) -> float:
-        """Actors start ``cores`` at a time, each taking setup_per_actor_s (0 when not modelled)."""
+        """Starting the config's N + S actors: on the measured start-up curve when there is one,
+        else ``cores`` at a time, each taking setup_per_actor_s (0 when not modelled)."""
+        actors = workers + self.servers
+        if self.setup_points:
+            points = self.setup_points
+            if len(points) == 1:
+                return points[0][1] * actors / points[0][0]
+            for (k0, t0), (k1, t1) in zip(points, points[1:]):
+                if actors <= k1 or (k1, t1) == points[-1]:
+                    return max(0.0, t0 + (t1 - t0) * (actors - k0) / (k1 - k0))
         if self.setup_per_actor_s is None:
             return 0.0
-        return self.setup_per_actor_s * math.ceil((workers + self.servers) / self.cores)
+        return self.setup_per_actor_s * math.ceil(actors / self.cores)
 
 
 def steps_per_worker(config: Any, workers: float) -> float:
@@ -157,12 +171,29 @@ def _transfer_bytes_per_s(config: Any, profile: HardwareProfile) -> float:
     return profile.transfer_bytes_per_s_local
 
 
+# Ray passes arguments and results up to this size inline with the call; larger ones go
+# through the object store, which costs ``object_store_call_s`` more per object.
+INLINE_BYTES = 100 * 1024
+
+
+def transfer_seconds(nbytes: float, servers: int, profile: HardwareProfile, bandwidth: float) -> float:
+    """A worker's side of one push or pull of ``nbytes`` split over ``servers`` shards:
+    one call latency (the S calls overlap), the object store's fixed cost for each slice
+    too large to go inline, and the bytes at the transfer bandwidth."""
+    store = _extra(profile, "object_store_call_s") or 0.0
+    slices = servers if nbytes / servers > INLINE_BYTES else 0
+    return profile.actor_call_latency_s + slices * store + nbytes / bandwidth
+
+
 def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
     m, s = config.gradient_bytes, config.servers
     bandwidth = _transfer_bytes_per_s(config, profile)
-    transfer = profile.actor_call_latency_s + m / bandwidth
-    apply_s = (m / s) / profile.server_apply_bytes_per_s
+    transfer = transfer_seconds(m, s, profile, bandwidth)
+    # The emulated part of an update (``apply_seconds``, slept under the shard's lock) is
+    # split over the shards like the gradient.
+    apply_s = (m / s) / profile.server_apply_bytes_per_s + float(getattr(config, "apply_seconds", 0.0)) / s
+    fill_rate = _extra(profile, "gradient_fill_bytes_per_s")
     copy_rate = _extra(profile, "server_copy_bytes_per_s") or profile.server_apply_bytes_per_s
     read_s, read_alphas = _read_terms(config, profile)
     mode = _value(config.compute.mode)
@@ -178,6 +209,8 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         worker_cpu_s=_extra(profile, "worker_cpu_per_step_s"),
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=_extra(profile, "actor_setup_s"),
+        worker_extra_s=m / fill_rate if fill_rate else 0.0,
+        setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
     )
 
 
