@@ -156,6 +156,11 @@ class ServerActor:
                                       recorder=recorder, apply_extra_s=apply_extra_s,
                                       wait_timeout_s=wait_timeout_s)
 
+    def cpu_s(self) -> float:
+        """CPU seconds this actor's process has used (all its threads)."""
+        import time
+        return time.process_time()
+
     def ready(self) -> dict[str, Any]:
         return self.identity
 

@@ -184,6 +184,11 @@ class WorkerActor:
         self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, clock=clock,
                              data_input=data_input)
 
+    def cpu_s(self) -> float:
+        """CPU seconds this actor's process has used (all its threads)."""
+        import time
+        return time.process_time()
+
     def ready(self) -> dict[str, Any]:
         return self.identity
 

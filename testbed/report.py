@@ -38,7 +38,7 @@ def write_report(run_dir: str | Path) -> Path:
     """Regenerate the summary, the trace, the plot and ``report.md`` of a run folder; returns the report's path."""
     folder = RunFolder.open(run_dir)
     events = folder.events()
-    summary = summarize(events, folder.manifest["configs"])
+    summary = summarize(events, folder.manifest["configs"], finished=folder.manifest.get("finished", []))
     folder.write_summary(summary)
     folder.write_trace(chrome_trace(events, folder.node_ips()))
     resources = folder.resources()

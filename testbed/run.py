@@ -88,6 +88,7 @@ class ConfigOutcome:
     parameters: Optional[list[Any]] = None
     status: str = "ok"
     prepared: dict[str, Any] = dataclasses.field(default_factory=dict)  # node -> what data preparation returned
+    train_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # actor -> CPU seconds in train
 
 
 def _cluster_shape(nodes: list[NodeInfo]) -> tuple[int, float]:
@@ -142,8 +143,12 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
                 identities = ray.get([a.ready.remote() for a in servers + workers + clocks])[:len(servers + workers)]
             with rec.timed(Phase.INIT):
                 _get_fail_fast([w.init.remote() for w in workers])
+            # CPU used by each actor during training (read outside the timed span): how much of
+            # the machine a step costs, and whether the cores were the limit.
+            cpu0 = ray.get([a.cpu_s.remote() for a in servers + workers])
             with rec.timed(Phase.TRAIN):
                 steps = _get_fail_fast([w.train.remote() for w in workers])
+            cpu1 = ray.get([a.cpu_s.remote() for a in servers + workers])
             exports = ray.get([a.events.remote() for a in servers + workers])
             stats = ray.get([s.stats.remote() for s in servers])
             params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
@@ -159,7 +164,7 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
                               f"workers pushed {pushed}")
     columns = events_to_columns([rec.export(), *exports])
     return ConfigOutcome(cfg.config_id, repeat, columns, stats, steps, dict(zip(names, identities)), params,
-                         prepared=prepared)
+                         prepared=prepared, train_cpu_s={n: b - a for n, a, b in zip(names, cpu0, cpu1)})
 
 
 def _dataset_for(prepared: dict[str, Any], node: str) -> Optional[DatasetInfo]:
@@ -252,10 +257,12 @@ def _run_all(folder: RunFolder, configs: list[RunConfig], repeats: int, run_id: 
             folder.manifest["nodes"].update({n["node"]: n["ip"] for n in outcome.nodes.values()})
             folder.write_config_events(cfg.config_id, repeat, outcome.columns,
                                        info={"server_updates": [s["updates"] for s in outcome.server_stats],
-                                             "actor_nodes": {a: n["node"] for a, n in outcome.nodes.items()}})
+                                             "actor_nodes": {a: n["node"] for a, n in outcome.nodes.items()},
+                                             "train_cpu_s": outcome.train_cpu_s})
             if samples is not None:
                 folder.append_resources(samples)
-            folder.write_summary(summarize(folder.events(), folder.manifest["configs"]))
+            folder.write_summary(summarize(folder.events(), folder.manifest["configs"],
+                                           finished=folder.manifest["finished"]))
             done += 1
 
 

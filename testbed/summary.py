@@ -25,7 +25,7 @@ SUMMARY_COLUMNS = [
     "gradient_bytes", "compute_mode",
     "compute_s", "steps", "pull_every", "dataset_bytes", "init_io", "partition", "status",
     "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "updates",
-] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
+] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["worker_cpu_per_step_s", "server_cpu_per_step_s", "staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
 
 
 def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -51,10 +51,26 @@ def _span_s(frame: pd.DataFrame, phase: Phase) -> float:
     return float(rows["duration_ns"].sum()) / 1e9 if len(rows) else float("nan")
 
 
+def _cpu_per_step(finished: Iterable[dict[str, Any]]) -> dict[tuple[str, int], tuple[float, float]]:
+    """(worker, server) CPU seconds per step of each finished config repeat, from the manifest."""
+    out = {}
+    for f in finished:
+        cpu = f.get("train_cpu_s")
+        if not cpu:
+            continue
+        out[(f["config_id"], int(f["repeat"]))] = (
+            sum(v for a, v in cpu.items() if a.startswith("worker-")),
+            sum(v for a, v in cpu.items() if a.startswith("server-")))
+    return out
+
+
 def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
-              statuses: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
-    """One row per (config, repeat) present in ``events``, in config order."""
+              statuses: dict[tuple[str, int], str] | None = None,
+              finished: Iterable[dict[str, Any]] = ()) -> pd.DataFrame:
+    """One row per (config, repeat) present in ``events``, in config order; ``finished`` (the
+    manifest's list) adds the actors' CPU per step where it was recorded."""
     statuses = statuses or {}
+    cpu = _cpu_per_step(finished)
     by_id = {c["config_id"]: c for c in configs}
     rows = []
     if len(events):
@@ -76,6 +92,9 @@ def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
         applies = frame[(frame["role"] == Role.SERVER.value) & (frame["phase"] == Phase.APPLY.value)]
         row["steps_per_s"] = len(pushes) / row["train_s"] if row["train_s"] > 0 else float("nan")
         row["updates"] = len(applies)
+        worker_cpu, server_cpu = cpu.get((config_id, int(repeat)), (np.nan, np.nan))
+        row["worker_cpu_per_step_s"] = worker_cpu / len(pushes) if len(pushes) else np.nan
+        row["server_cpu_per_step_s"] = server_cpu / len(pushes) if len(pushes) else np.nan
         for phase in STEP_PHASES:
             durations = frame.loc[frame["phase"] == phase.value, "duration_ns"]
             row[f"{phase.value}_mean_s"] = float(durations.mean()) / 1e9 if len(durations) else float("nan")

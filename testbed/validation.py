@@ -49,7 +49,8 @@ def _configs(folder: RunFolder) -> list[RunConfig]:
 def compare_run(folder: RunFolder, profile: HardwareProfile, models=MODELS) -> Comparison:
     configs = _configs(folder)
     statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
-    summary = summarize(folder.events(), folder.manifest["configs"], statuses)
+    summary = summarize(folder.events(), folder.manifest["configs"], statuses,
+                        finished=folder.manifest.get("finished", []))
     labels = {c.config_id: group_label(c.sweep_values) for c in configs}
     summary.insert(2, "group", summary["config_id"].map(labels))
     predictions = predict_run(configs, profile, models)

@@ -94,6 +94,8 @@ def test_run_folder_loads_back(ray_local, tmp_path):
     assert list(summary.workers) == [1, 1, 2, 2]
     assert (summary.updates == summary.workers * 4).all()
     assert (summary.train_s > 0).all() and (summary.steps_per_s > 0).all()
+    # every actor's CPU during training was read: workers and the shard used some
+    assert (summary.worker_cpu_per_step_s > 0).all() and (summary.server_cpu_per_step_s > 0).all()
     events = again.events()
     assert set(events.config_id) == {c.config_id for c in expand(spec)}
     assert len(events) == len(folder.events())
