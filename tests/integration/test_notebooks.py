@@ -115,6 +115,21 @@ def test_analysis_notebook_runs_on_a_named_run_folder(runs, kernel_env):
 
 
 @pytest.mark.integration
+def test_analysis_notebook_without_profile_or_monitors_shows_the_measurements(runs, kernel_env, tmp_path):
+    import shutil
+    folder = tmp_path / "bare"
+    shutil.copytree(runs["paper_cntk"], folder)
+    (folder / "profile.json").unlink()
+    (folder / "resources.parquet").unlink()
+    kernel_env.setenv("DDNN_RUN", str(folder))
+    nb = _executed("analysis.ipynb", tmp_path)
+    assert not [o for o in _outputs(nb) if o.output_type == "error"]
+    assert _images(nb) == 6  # no measured-vs-predicted scatter, no utilisation; staleness still there
+    text = _text(nb)
+    assert "predictions: none" in text and "No predictions" in text and "no monitor samples" in text
+
+
+@pytest.mark.integration
 def test_paper_notebook_finds_the_newest_runs_and_quotes_the_numbers(runs, kernel_env):
     root = runs["paper_cntk"].parents[1]
     cwd = root / "notebooks"  # the notebook looks in ../results, as from the repository's notebooks/
