@@ -136,7 +136,7 @@ def load_run(path: str | Path) -> RunData:
     statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
     summary = summarize(events, folder.manifest["configs"], statuses)
     comparison = None
-    from testbed.validate import PROFILE_FILE
+    from testbed.rundir import PROFILE_FILE
     if (folder.path / PROFILE_FILE).is_file():
         from testbed.profile import load_profile
         from testbed.validation import compare_run

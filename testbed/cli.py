@@ -227,7 +227,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
     if profile is not None:
         from testbed.profile import load_profile, save_profile
         from testbed.rundir import RunFolder
-        from testbed.validate import PROFILE_FILE
+        from testbed.rundir import PROFILE_FILE
         folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
         save_profile(load_profile(profile), folder.path / PROFILE_FILE)
     path = write_report(run_dir)

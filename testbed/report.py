@@ -81,7 +81,7 @@ def data_section(manifest: dict[str, Any]) -> list[str]:
 def model_sections(folder: RunFolder) -> list[str]:
     """Measured against predicted, when the folder holds the profile the run was predicted with
     (``testbed validate`` saves it; ``testbed report --profile`` can add one)."""
-    from testbed.validate import PROFILE_FILE
+    from testbed.rundir import PROFILE_FILE
     path = folder.path / PROFILE_FILE
     if not path.is_file():
         return ["## Model", "", "No hardware profile in this folder, so no predictions: run `testbed validate`, "

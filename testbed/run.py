@@ -141,6 +141,8 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
                                cfg, i, servers, run_id, repeat, datasets[i], gate, clock)
                            for i in range(cfg.workers)]
                 identities = ray.get([a.ready.remote() for a in servers + workers + clocks])[:len(servers + workers)]
+                if gate is not None:  # its process must be up before init is timed, too
+                    ray.get(gate.done.remote())
             with rec.timed(Phase.INIT):
                 _get_fail_fast([w.init.remote() for w in workers])
             # CPU used by each actor during training (read outside the timed span): how much of

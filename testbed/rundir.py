@@ -32,10 +32,11 @@ from testbed import __version__
 from testbed.errors import UserError
 from testbed.records import EVENT_SCHEMA, RESOURCE_SCHEMA
 
-__all__ = ["RunFolder", "MANIFEST_SCHEMA_VERSION", "atomic_write_bytes", "atomic_write_text", "default_run_dir",
+__all__ = ["RunFolder", "MANIFEST_SCHEMA_VERSION", "PROFILE_FILE", "atomic_write_bytes", "atomic_write_text", "default_run_dir",
            "software_versions", "git_commit", "arrow_schema", "resource_schema", "RUN_FOLDER_ENTRIES"]
 
 MANIFEST_SCHEMA_VERSION = 1
+PROFILE_FILE = "profile.json"  # the hardware profile a run was predicted with (validate, report --profile)
 EVENTS_DIR = "events.parquet"
 RESOURCES_FILE = "resources.parquet"
 # What `testbed.run.run_experiment` leaves in a run folder, on one machine or many

@@ -13,13 +13,11 @@ from typing import Callable, Optional
 from actors.monitor import DEFAULT_INTERVAL_S
 from testbed.calibrate import calibrate
 from testbed.profile import HardwareProfile, load_profile, save_profile
-from testbed.rundir import RunFolder
+from testbed.rundir import PROFILE_FILE, RunFolder
 from testbed.run import run_experiment
 from testbed.spec import ExperimentSpec, expand
 
-__all__ = ["validate", "PROFILE_FILE"]
-
-PROFILE_FILE = "profile.json"
+__all__ = ["validate"]
 
 
 def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
