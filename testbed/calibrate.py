@@ -170,7 +170,8 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
     sizes = [r["bytes"] for r in rows]
     _, apply_slope = fit_line(sizes, [r["apply_s"] for r in rows])
     _, copy_slope = fit_line(sizes, [r["copy_s"] for r in rows])
-    _, worker_cpu_slope = fit_line(sizes, [r["cpu_per_step_s"] for r in rows])
+    worker_cpu0, worker_cpu_slope = fit_line(sizes, [r["cpu_per_step_s"] for r in rows])
+    server_cpu0, server_cpu_slope = fit_line(sizes, [r["server_cpu_per_step_s"] for r in rows])
     small = rows[0]
     # Two calls per step (a push and a pull); what the shard's CPU spends beyond the apply and
     # the copy is the per-call overhead.
@@ -179,8 +180,11 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
         "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else rows[-1]["bytes"] / rows[-1]["apply_s"],
         "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else rows[-1]["bytes"] / rows[-1]["copy_s"],
         "server_call_overhead_s": overhead_s,
-        "worker_cpu_per_step_s": small["cpu_per_step_s"],
+        # CPU per step = a fixed part + gradient bytes at a rate, for the worker and the shard.
+        "worker_cpu_per_step_s": max(worker_cpu0, 0.0) if worker_cpu0 > 0 else small["cpu_per_step_s"],
         "worker_cpu_bytes_per_s": 1.0 / worker_cpu_slope if worker_cpu_slope > 0 else 0.0,
+        "server_cpu_per_step_s": max(server_cpu0, 0.0) if server_cpu0 > 0 else small["server_cpu_per_step_s"],
+        "server_cpu_bytes_per_s": 1.0 / server_cpu_slope if server_cpu_slope > 0 else 0.0,
         "rows": rows,
     }
 
@@ -216,6 +220,9 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
             "actor_call_latency_hot_s": calls["actor_call_latency_hot_s"],
             "server_copy_bytes_per_s": server["server_copy_bytes_per_s"],
             "worker_cpu_per_step_s": server["worker_cpu_per_step_s"],
+            "worker_cpu_bytes_per_s": server["worker_cpu_bytes_per_s"],
+            "server_cpu_per_step_s": server["server_cpu_per_step_s"],
+            "server_cpu_bytes_per_s": server["server_cpu_bytes_per_s"],
             "gradient_fill_bytes_per_s": fill_bps,
             "actor_setup_s": (t1 - t0) / (k1 - k0),
         },

@@ -107,13 +107,14 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     centres = [Centre("server", d)]
     if t.read_s > 0:
         centres.append(Centre("disk", t.read_s, CentreKind.LOAD_DEPENDENT, t.read_rate_multipliers))
-    rpc_cpu = t.worker_cpu_s or 0.0
+    rpc_cpu = t.rpc_cpu_s
     if t.has_cpu_centre:
         centres.append(Centre.multi_server("cpu", t.cpu_demand_s, t.cores))
-    # The calibrated transfer times already contain the worker's RPC CPU work; with the
-    # CPU centre in, that part moves from the delay to the centre, so N = 1 is unchanged.
-    transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
-    think = transfer_delay + t.worker_extra_s + (0.0 if t.compute_on_cpu else t.compute_s)
+    # The calibrated transfer times (and gradient production) already contain the RPC CPU
+    # work of the worker and the shards; with the CPU centre in, that part moves from the
+    # delay to the centre, so N = 1 is unchanged.
+    transfer_delay = max(0.0, t.transfer_s + t.worker_extra_s - rpc_cpu)
+    think = transfer_delay + (0.0 if t.compute_on_cpu else t.compute_s)
     res = solve_mva(centres, think, int(n[-1]))
     x = res.throughput_per_s[1:]
     step = n / x
@@ -125,7 +126,8 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
     r_rpc = r_cpu * (rpc_cpu / cpu_demand)
     # Stretch factor of a worker's transfers once its RPC work waits for a core.
-    stretch = (transfer_delay + r_rpc) / t.transfer_s if t.transfer_s > 0 else np.ones(n.size)
+    own = t.transfer_s + t.worker_extra_s  # a worker's transfers and gradient production, alone
+    stretch = (transfer_delay + r_rpc) / own if own > 0 else np.ones(n.size)
     visits = 1.0 + 1.0 / t.pull_every  # pushes and pulls per step at a shard
     wait = np.maximum(0.0, (r_server - d) / visits)
     share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute, Bound.NETWORK: t.transfer_s * stretch,
@@ -150,8 +152,8 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     multipliers = np.asarray(t.read_rate_multipliers)
     alphas = multipliers[np.minimum(n.astype(int), multipliers.size) - 1]
     read = t.read_s * n / alphas  # all N read at once and share the aggregate bandwidth B(N)
-    rpc_cpu = t.worker_cpu_s or 0.0
-    transfer_delay = max(0.0, t.transfer_s - rpc_cpu) if t.has_cpu_centre else t.transfer_s
+    rpc_cpu = t.rpc_cpu_s
+    transfer_delay = max(0.0, t.transfer_s + t.worker_extra_s - rpc_cpu)
     # Everything runs at once between barriers: N workers' CPU work shares the cores.
     crowd = np.maximum(1.0, n / t.cores) if t.has_cpu_centre else np.ones(n.size)
     if t.compute_on_cpu:
@@ -165,10 +167,11 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         compute_wall = t.compute_s * slowest
         rpc_wall = rpc_cpu * crowd
     server = n * d  # every shard applies all N pushes and serves N / k pulls per step
-    step = read + compute_wall + t.worker_extra_s + transfer_delay + rpc_wall + server
+    step = read + compute_wall + transfer_delay + rpc_wall + server
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
-    stretch = (transfer_delay + rpc_wall) / t.transfer_s if t.transfer_s > 0 else np.ones(n.size)
+    own = t.transfer_s + t.worker_extra_s
+    stretch = (transfer_delay + rpc_wall) / own if own > 0 else np.ones(n.size)
     share = {Bound.DISK: read, Bound.COMPUTE: compute_wall, Bound.NETWORK: t.transfer_s * stretch,
              Bound.SERVER: server}
     utilization = {Bound.SERVER: server / step}

@@ -35,6 +35,9 @@ __all__ = [
 EXTRA_KEYS = {
     "object_store_call_s": "fixed cost of passing one argument or result through the object store",
     "gradient_fill_bytes_per_s": "rate at which a worker produces its gradient (untimed work per step)",
+    "worker_cpu_bytes_per_s": "gradient bytes per second of a worker's CPU per step beyond its fixed part",
+    "server_cpu_per_step_s": "CPU a shard spends per worker step, fixed part (feeds the CPU centre)",
+    "server_cpu_bytes_per_s": "gradient bytes per second of the shards' CPU per step beyond the fixed part",
     "worker_cpu_per_step_s": "CPU a worker burns per step on RPC and serialisation (feeds the CPU centre)",
     "server_copy_bytes_per_s": "rate at which a shard copies its parameters for a pull (default: the apply rate)",
     "nodes": "number of nodes in the cluster (default 1, or len(identity['nodes']))",
@@ -89,6 +92,7 @@ class StepTerms:
     cores: int                          # cores shared by the workers (all nodes)
     setup_per_actor_s: Optional[float]  # None: setup is not modelled
     worker_extra_s: float = 0.0          # untimed worker work per step: producing the gradient
+    server_cpu_s: float = 0.0            # CPU all shards spend per worker step (calibrated; 0: unknown)
     setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
 
     @property
@@ -102,9 +106,17 @@ class StepTerms:
         return self.push_transfer_s + self.pull_transfer_s / self.pull_every
 
     @property
+    def rpc_cpu_s(self) -> float:
+        """CPU a step costs besides compute: the worker's RPC work and gradient production,
+        and the shards' work for it (0 without the CPU centre)."""
+        if not self.has_cpu_centre:
+            return 0.0
+        return (self.worker_cpu_s or 0.0) + self.worker_extra_s + self.server_cpu_s
+
+    @property
     def cpu_demand_s(self) -> float:
         """Demand at the shared-CPU centre per step: RPC work plus CPU-bound compute."""
-        return (self.worker_cpu_s or 0.0) + (self.compute_s if self.compute_on_cpu else 0.0)
+        return self.rpc_cpu_s + (self.compute_s if self.compute_on_cpu else 0.0)
 
     @property
     def has_cpu_centre(self) -> bool:
@@ -185,6 +197,16 @@ def transfer_seconds(nbytes: float, servers: int, profile: HardwareProfile, band
     return profile.actor_call_latency_s + slices * store + nbytes / bandwidth
 
 
+def _per_step_cpu(profile: HardwareProfile, role: str, nbytes: float, actors: int) -> Optional[float]:
+    """Calibrated CPU per worker step of the ``role``'s processes: a fixed part per actor
+    involved plus the gradient bytes at the calibrated rate; None when not calibrated."""
+    fixed = _extra(profile, f"{role}_cpu_per_step_s")
+    if fixed is None:
+        return None
+    rate = _extra(profile, f"{role}_cpu_bytes_per_s")
+    return actors * fixed + (nbytes / rate if rate else 0.0)
+
+
 def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
     m, s = config.gradient_bytes, config.servers
@@ -206,10 +228,11 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         push_transfer_s=transfer, pull_transfer_s=transfer,
         push_service_s=profile.server_call_overhead_s + apply_s, apply_s=apply_s,
         pull_service_s=profile.server_call_overhead_s + (m / s) / copy_rate,
-        worker_cpu_s=_extra(profile, "worker_cpu_per_step_s"),
+        worker_cpu_s=_per_step_cpu(profile, "worker", m, 1),
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=_extra(profile, "actor_setup_s"),
         worker_extra_s=m / fill_rate if fill_rate else 0.0,
+        server_cpu_s=_per_step_cpu(profile, "server", m, s) or 0.0,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
     )
 
