@@ -250,12 +250,16 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     Otherwise: sequential init takes N V / B(1); parallel init takes N V / B(N), B(N) the
     aggregate bandwidth measured with N concurrent readers.
     """
+    # The driver's call that starts the phase (and waits for its end) costs one call latency
+    # even with nothing to read.
+    call = 0.0 if ideal else profile.actor_call_latency_s
     if config.workload.dataset_bytes <= 0:
-        return 0.0
+        return call
     disk = _need_disk(profile, "the workload has a data set to read at init")
     v = init_read_bytes(config, workers)
     if ideal:
         return v / disk.single_stream_bytes_per_s
     if _value(config.data.init_io) == "sequential":
-        return workers * v / disk.single_stream_bytes_per_s
-    return workers * v / disk.aggregate_bandwidth(workers)
+        # Each worker takes the gate's token and hands it on: two calls to the gate per worker.
+        return call + workers * (v / disk.single_stream_bytes_per_s + 2 * profile.actor_call_latency_s)
+    return call + workers * v / disk.aggregate_bandwidth(workers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from testbed.errors import UserError
@@ -107,11 +108,13 @@ def test_sync_pays_for_the_slowest_worker():
     assert jittered.compute_s == pytest.approx(plain.compute_s)  # the mean event is unchanged
 
 
+# The updated and queueing families add the driver's call (L = 1 ms) and, when sequential, two
+# gate calls per worker (4 x 2 ms); the initial family is the study's ideal reading alone.
 @pytest.mark.parametrize("partition,io,initial_s,other_s", [
-    ("shard", "parallel", 0.25, 0.5),   # V = 0.25 MB at 1 MB/s alone; 1 MB over B(4) = 2 MB/s
-    ("shard", "sequential", 0.25, 1.0),  # N V / B(1) = 1 MB / 1 MB/s
-    ("full", "sequential", 1.0, 4.0),    # 4 x 1 MB / 1 MB/s
-    ("full", "parallel", 1.0, 2.0),      # 4 MB over 2 MB/s
+    ("shard", "parallel", 0.25, 0.5 + MS),          # V = 0.25 MB at 1 MB/s alone; 1 MB over B(4) = 2 MB/s
+    ("shard", "sequential", 0.25, 1.0 + 9 * MS),    # N V / B(1) = 1 MB / 1 MB/s
+    ("full", "sequential", 1.0, 4.0 + 9 * MS),      # 4 x 1 MB / 1 MB/s
+    ("full", "parallel", 1.0, 2.0 + MS),            # 4 MB over 2 MB/s
 ])
 def test_init_phase(partition, io, initial_s, other_s):
     cfg = config(workers=4, workload={"steps": 10, "dataset_bytes": 1_000_000},
@@ -125,7 +128,9 @@ def test_init_phase(partition, io, initial_s, other_s):
 def test_sequential_init_is_linear_in_n():
     cfg = config(workload={"steps": 10, "dataset_bytes": 3_000_000}, data={"partition": "full", "init_io": "sequential"})
     times = [init_seconds(cfg, profile(), n, ideal=False) for n in range(1, 40)]
-    assert times == pytest.approx([3.0 * n for n in range(1, 40)])
+    # N x (V / B(1) + two gate calls) after the driver's call: a straight line in N
+    assert times == pytest.approx([MS + (3.0 + 2 * MS) * n for n in range(1, 40)])
+    assert np.diff(times) == pytest.approx([3.0 + 2 * MS] * 38)
 
 
 def test_sequential_full_init_puts_the_job_knee_at_one_worker():
