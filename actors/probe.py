@@ -12,7 +12,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Probe", "Echo", "matmul_flops_per_s"]
+__all__ = ["Probe", "Echo", "StartupProbe", "matmul_flops_per_s"]
+
+
+class StartupProbe:
+    """An actor that starts like a worker or a shard does (same imports), for timing setup."""
+
+    def __init__(self) -> None:
+        import actors.server  # noqa: F401 - imported for its start-up cost
+        import actors.worker  # noqa: F401
+
+    def cpu_s(self) -> float:
+        return time.process_time()
 
 
 class Echo:

@@ -206,7 +206,9 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     fill_bps = ray.get(probe.fill_bytes_per_s.remote(16 * 2**20))
     for a in (probe, echo):
         ray.kill(a)
-    setup = _measure_setup(echo_cls, (2, 4) if quick else (2, 6, 12), progress)
+    from actors.probe import StartupProbe
+    setup = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
+                           progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     return {
         "actor_call_latency_s": calls["actor_call_latency_s"],
