@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pandas as pd

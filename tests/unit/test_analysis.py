@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from testbed import analysis
-from testbed.analysis import InitScaling, ServerSaturation, _knee_shift
+from testbed.findings import ServerSaturation, _knee_shift
 from testbed.errors import UserError
 from testbed.profile import DiskProfile, HardwareProfile, save_profile
 from testbed.records import EVENT_SCHEMA, RESOURCE_SCHEMA
