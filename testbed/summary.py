@@ -25,6 +25,7 @@ SUMMARY_COLUMNS = [
     "gradient_bytes", "compute_mode",
     "compute_s", "steps", "pull_every", "dataset_bytes", "init_io", "partition", "status",
     "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "updates",
+    "restarts", "restart_s", "lost_updates",
 ] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
 
 
@@ -52,9 +53,15 @@ def _span_s(frame: pd.DataFrame, phase: Phase) -> float:
 
 
 def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
-              statuses: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
-    """One row per (config, repeat) present in ``events``, in config order."""
-    statuses = statuses or {}
+              statuses: dict[tuple[str, int], str] | None = None,
+              finished: Iterable[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per (config, repeat) present in ``events``, in config order.
+
+    ``finished``: the manifest's entries, which give each row its status and the updates the
+    shards lost with a crash (a count the shards keep, not an event); ``statuses`` overrides.
+    ``restarts`` and ``restart_s`` (the lost time) come from the ``restart`` events."""
+    finished = {(f["config_id"], f["repeat"]): f for f in finished or []}
+    statuses = {**{k: f.get("status", "ok") for k, f in finished.items()}, **(statuses or {})}
     by_id = {c["config_id"]: c for c in configs}
     rows = []
     if len(events):
@@ -76,6 +83,10 @@ def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
         applies = frame[(frame["role"] == Role.SERVER.value) & (frame["phase"] == Phase.APPLY.value)]
         row["steps_per_s"] = len(pushes) / row["train_s"] if row["train_s"] > 0 else float("nan")
         row["updates"] = len(applies)
+        restarts = frame[frame["phase"] == Phase.RESTART.value]
+        row["restarts"] = len(restarts)
+        row["restart_s"] = float(restarts["duration_ns"].sum()) / 1e9
+        row["lost_updates"] = sum(finished.get((config_id, int(repeat)), {}).get("lost_updates", []))
         for phase in STEP_PHASES:
             durations = frame.loc[frame["phase"] == phase.value, "duration_ns"]
             row[f"{phase.value}_mean_s"] = float(durations.mean()) / 1e9 if len(durations) else float("nan")
