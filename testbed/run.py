@@ -197,7 +197,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
     restart = _restartable(cfg)
     server_cls = ray.remote(ServerActor)
     # Two threads: the driver can ask for a worker's events while it trains (a deadline).
-    worker_cls = ray.remote(WorkerActor).options(max_concurrency=2, **restart)
+    worker_cls = ray.remote(WorkerActor)
     # Each worker has at most one call in flight to the step clock (ssp only).
     clock_cls = ray.remote(ClockActor).options(num_cpus=0, max_concurrency=cfg.workers + 2)
     elements = cfg.gradient_elements
@@ -225,7 +225,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
                 clock = clocks[0] if clocks else None
-                workers = [worker_cls.options(**slots.worker_options(i)).remote(
+                workers = [worker_cls.options(max_concurrency=2, **restart, **slots.worker_options(i)).remote(
                                cfg, i, servers, run_id, repeat, datasets[i], gate, clock, state)
                            for i in range(cfg.workers)]
                 identities = _get_fail_fast([a.ready.remote() for a in servers + workers + clocks],

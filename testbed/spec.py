@@ -257,6 +257,14 @@ class ExperimentSpec(ConfigFields):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
+    def _faults_fit(self) -> "ExperimentSpec":
+        # With a sweep the base values may not be a config that runs (workers: 1, sweeping 2
+        # and 4): the faults are checked on each expanded config instead.
+        if not self.sweep:
+            check_faults(self)
+        return self
+
+    @model_validator(mode="after")
     def _sweep_names_knobs(self) -> "ExperimentSpec":
         for key, values in self.sweep.items():
             _check_path(key)

@@ -38,7 +38,9 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
                                        with_disk=needs_disk, progress=lambda what: say(f"calibrating: {what}"))
         if reused:
             say("using the cached hardware profile")
-    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s)
+    from testbed.deadlines import default_deadlines
+    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
+                            deadlines=default_deadlines(configs, profile))
     save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report import write_report
     write_report(folder.path)
