@@ -280,7 +280,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError:  # not the main thread (tests calling main in a thread)
         pass
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        if rc == 130:  # typer turns KeyboardInterrupt into this return value
+            raise KeyboardInterrupt
     except UserError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USER_ERROR
