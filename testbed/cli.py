@@ -255,8 +255,12 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
         from testbed.profile import load_profile, save_profile
         from testbed.rundir import RunFolder
         from testbed.validate import PROFILE_FILE
+        from testbed.profile import check_profile_machine
         folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
-        save_profile(load_profile(profile), folder.path / PROFILE_FILE)
+        loaded = load_profile(profile)
+        if folder.manifest.get("host"):
+            check_profile_machine(loaded, profile, folder.manifest["host"], None, "the machine this run used")
+        save_profile(loaded, folder.path / PROFILE_FILE)
     path = write_report(run_dir)
     out_console.print(f"report: {path}")
 

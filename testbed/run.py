@@ -48,7 +48,7 @@ from testbed.nodes import NodeInfo, NodeMonitors, alive_nodes, prepare_on_nodes
 from testbed.placement import plan_placement, reserve
 from testbed.records import EventRecorder, Phase, Role, events_to_columns
 from testbed.rundir import RunFolder, default_run_dir
-from testbed.dataset import DatasetInfo, dataset_present_bytes, prepare_dataset
+from testbed.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
 from testbed.spec import ExperimentSpec, InitIO, RunConfig, SyncMode, expand, spec_diff, with_reliability_defaults
 from testbed.summary import summarize
 from testbed.trace import chrome_trace
@@ -309,6 +309,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
         [(c, r) for c in configs for r in range(spec.repeats)]
     pending = list({c.config_id: c for c, _ in todo}.values())
     check_memory(pending, psutil.virtual_memory().available)
+    for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
+        check_data_dir(data)
     check_disk(pending, _free_bytes, dataset_present_bytes)
     # The data sets are checked and written here first (untimed; on a cluster again on each
     # worker node, where they are then found ready when the driver's node is one of them):
