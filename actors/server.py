@@ -14,17 +14,30 @@ parameters as they were at exactly that version. The first such pull takes a
 snapshot; it always finds the version exactly at the target, because no worker can
 push step k + 1 before its own pull of step k has returned. The shard does not
 need to know N: the target is the worker's.
+
+Faults (``testbed.faults``). Every ``checkpoint_every`` updates the shard hands its state
+(parameters, version, per-worker counts) to its ``checkpoint`` hook, timed as
+``checkpoint``; the actor writes it to the run folder (``actors.state``). A ``kill_server``
+fault calls the ``crash`` hook when a push arrives after the given number of updates; the
+actor saves its events and exits. Ray restarts it: the new process reloads the last
+checkpoint, so the updates applied since are lost (counted in ``stats()["lost_updates"]``),
+and records the time from the crash as ``restart``. Pushes that were in flight are retried
+by Ray; a push the shard already holds (its step is not newer than the last one applied
+from that worker) is acknowledged without applying it again, so every push counts once.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
+from actors.state import checkpoint_path, crash_path, load_state, save_state
 from testbed.emulate import initial_parameters
+from testbed.faults import ShardFaults
 from testbed.records import EventRecorder, Phase
 
 __all__ = ["ParameterServer", "ServerActor"]
@@ -38,7 +51,9 @@ class ParameterServer:
 
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
                  recorder: EventRecorder, apply_extra_s: float = 0.0, wait_timeout_s: float = 300.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, faults: ShardFaults = ShardFaults(),
+                 checkpoint: Optional[Callable[[dict[str, Any]], None]] = None,
+                 crash: Optional[Callable[[], None]] = None) -> None:
         """``apply_extra_s``: emulated service time added to every apply (slept under the lock,
         so it queues like real work without using a core); ``wait_timeout_s``: the longest
         ``pull_at`` waits before it gives up (a worker has failed)."""
@@ -60,7 +75,14 @@ class ParameterServer:
         self._waiting = 0                # pulls blocked in pull_at
         self._snapshot: tuple[int, np.ndarray] | None = None  # (version, parameters) for pull_at
         self.version = 0                 # number of updates applied so far
-        self.pushes: dict[int, int] = {}  # worker -> pushes received
+        self.pushes: dict[int, int] = {}  # worker -> pushes applied
+        self.last_step: dict[int, int] = {}  # worker -> step of its last applied push (retries are duplicates)
+        self.faults = faults
+        self._checkpoint = checkpoint
+        self._crash = crash
+        self.crashed_at: list[int] = []  # versions at which kills happened (a restarted shard does not die again)
+        self.lost_updates = 0            # applied, then lost with a crash (not in any checkpoint)
+        self.restarts = 0
 
     def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
         """Apply one gradient slice; returns the shard's version after it.
@@ -73,6 +95,12 @@ class ParameterServer:
             raise ValueError(f"shard {self.shard} expects {self.w.shape[0]} values, got {grad.shape}")
         wall_arrive, t_arrive = self.recorder.now()
         with self._lock:
+            if (self._crash is not None and self.version in self.faults.kill_updates
+                    and self.version not in self.crashed_at):
+                self.crashed_at.append(self.version)
+                self._crash()
+            if step <= self.last_step.get(worker, -1):  # a retried push this state already holds
+                return self.version
             t_start = self.recorder.mono_ns()
             self._apply(grad)
             if self.apply_extra_s > 0:
@@ -80,11 +108,16 @@ class ParameterServer:
             staleness = self.version - pulled_version if pulled_version >= 0 else -1
             self.version += 1
             self.pushes[worker] = self.pushes.get(worker, 0) + 1
+            self.last_step[worker] = step
             t_end = self.recorder.mono_ns()
             # Recorded under the lock: the recorder's columns must not interleave between threads.
             self.recorder.record(Phase.QUEUE, step, wall_arrive, t_start - t_arrive)
             self.recorder.record(Phase.APPLY, step, wall_arrive + (t_start - t_arrive), t_end - t_start,
                                  grad.nbytes, staleness)
+            every = self.faults.checkpoint_every
+            if every and self._checkpoint is not None and self.version % every == 0:
+                with self.recorder.timed(Phase.CHECKPOINT, step, self.w.nbytes):
+                    self._checkpoint(self.state())
             if self._waiting:
                 self._applied.notify_all()
             return self.version
@@ -129,10 +162,32 @@ class ParameterServer:
                 self._snapshot = (version, self.w.copy())  # read-only from here on: pulls share it
             return version, self._snapshot[1], waited_ns
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds (call under the lock, or when no push runs)."""
+        return {"version": self.version, "w": self.w, "pushes": dict(self.pushes),
+                "last_step": dict(self.last_step)}
+
+    def recover(self, checkpoint: Optional[dict[str, Any]], crash: dict[str, Any]) -> None:
+        """Become the restart of the shard that saved ``crash``: back to ``checkpoint`` (the
+        initial parameters when there is none), counting the updates lost."""
+        if checkpoint is not None:
+            self.w[:] = checkpoint["w"]
+            self.version = checkpoint["version"]
+            self.pushes = dict(checkpoint["pushes"])
+            self.last_step = dict(checkpoint["last_step"])
+        self.crashed_at = list(crash["crashed_at"])
+        self.lost_updates = crash["lost_updates"] + crash["version"] - self.version
+        self.restarts = crash["restarts"] + 1
+
+    def crash_record(self) -> dict[str, Any]:
+        """What the restarted shard needs from this one besides the checkpoint."""
+        return {"version": self.version, "crashed_at": list(self.crashed_at), "lost_updates": self.lost_updates,
+                "restarts": self.restarts}
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"shard": self.shard, "lo": self.lo, "hi": self.hi, "updates": self.version,
-                    "pushes": dict(self.pushes)}
+                    "pushes": dict(self.pushes), "lost_updates": self.lost_updates, "restarts": self.restarts}
 
     def parameters(self) -> np.ndarray:
         with self._lock:
@@ -144,17 +199,35 @@ class ServerActor:
 
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
                  run_id: str, config_id: str, repeat: int, apply_extra_s: float = 0.0,
-                 wait_timeout_s: float = 300.0) -> None:
-        import os
-
+                 wait_timeout_s: float = 300.0, faults: ShardFaults = ShardFaults(),
+                 state_dir: Optional[str] = None) -> None:
+        """``state_dir``: where checkpoints and a crash's record go (needed with checkpoints or a kill)."""
         import ray
         ctx = ray.get_runtime_context()
         self.identity = {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
         recorder = EventRecorder(run_id=run_id, config_id=config_id, repeat=repeat, actor=f"server-{shard}",
                                  role="server", node=self.identity["node"])
+        self.state_dir = state_dir
+        hooks = {"checkpoint": self._save_checkpoint, "crash": self._crash} if state_dir else {}
         self.server = ParameterServer(shard=shard, lo=lo, hi=hi, seed=seed, learning_rate=learning_rate,
                                       recorder=recorder, apply_extra_s=apply_extra_s,
-                                      wait_timeout_s=wait_timeout_s)
+                                      wait_timeout_s=wait_timeout_s, faults=faults, **hooks)
+        crash = load_state(crash_path(state_dir, f"server-{shard}")) if state_dir else None
+        if crash is not None:  # this process is Ray's restart of one that crashed
+            recorder.restore(crash["events"])
+            self.server.recover(load_state(checkpoint_path(state_dir, shard)), crash)
+            wall = time.time_ns()
+            recorder.record(Phase.RESTART, -1, crash["crashed_wall_ns"], max(0, wall - crash["crashed_wall_ns"]))
+
+    def _save_checkpoint(self, state: dict[str, Any]) -> None:
+        save_state(checkpoint_path(self.state_dir, self.server.shard), state)
+
+    def _crash(self) -> None:
+        """The kill_server fault (called under the shard's lock): save the events, exit at once."""
+        save_state(crash_path(self.state_dir, f"server-{self.server.shard}"),
+                   {"events": self.server.recorder.export(), "crashed_wall_ns": time.time_ns(),
+                    **self.server.crash_record()})
+        os._exit(1)
 
     def cpu_s(self) -> float:
         """CPU seconds this actor's process has used (all its threads)."""
@@ -166,15 +239,6 @@ class ServerActor:
 
     def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
         return self.server.push(grad, worker, step, pulled_version)
-
-    def _apply(self, grad: np.ndarray) -> None:
-        """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
-        w, scratch, lr = self.w, self._scaled, self.learning_rate
-        for lo in range(0, w.size, _APPLY_CHUNK):
-            hi = min(lo + _APPLY_CHUNK, w.size)
-            part = scratch[: hi - lo]
-            np.multiply(grad[lo:hi], lr, out=part)
-            np.subtract(w[lo:hi], part, out=w[lo:hi])
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self.server.pull()

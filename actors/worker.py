@@ -13,6 +13,12 @@ by consistency mode (docs/consistency.md):
   while it is more than ``staleness`` steps ahead of the slowest (timed as ``barrier``,
   including the clock call); then pulls as in ``async``.
 
+Faults (``testbed.faults``): a straggler's compute is stretched by its factor; a worker
+with a ``kill_worker`` fault calls its ``crash`` hook before the step, which in the actor
+saves its events and position (``actors.state``) and exits the process. Ray restarts the
+actor and retries the driver's ``train`` call; the new process puts the saved events back,
+resumes at the step it died before, and records the time in between as ``restart``.
+
 The worker talks to the servers through a ``ServerClient`` and to the step clock through
 a ``ClockClient``; tests pass ones that call plain objects, runs pass the Ray ones.
 """
@@ -25,7 +31,9 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from actors.state import crash_path, load_state, save_state
 from testbed.emulate import ComputeEmulator, ComputePlan, GradientSource
+from testbed.faults import WorkerFaults, worker_faults
 from testbed.records import EventRecorder, Phase, Role
 from testbed.spec import RunConfig, SyncMode
 
@@ -94,7 +102,10 @@ class Worker:
 
     def __init__(self, cfg: RunConfig, index: int, client: ServerClient, recorder: EventRecorder, *,
                  clock: Optional[ClockClient] = None, sleep: Callable[[float], None] = time.sleep,
-                 data_input: Optional[Any] = None) -> None:
+                 data_input: Optional[Any] = None, faults: WorkerFaults = WorkerFaults(),
+                 crash: Optional[Callable[[int], None]] = None) -> None:
+        """``crash(step)`` is called before a step the faults kill the worker at (the actor's
+        exits the process); ``faults.slowdown`` stretches the compute of a straggler."""
         if (cfg.sync is SyncMode.SSP) != (clock is not None):
             raise ValueError(f"sync {cfg.sync.value!r}: a step clock is needed for 'ssp' and only for it")
         self.cfg = cfg
@@ -103,8 +114,13 @@ class Worker:
         self.clock = clock
         self.recorder = recorder
         self.source = GradientSource(cfg.seed, index, cfg.gradient_elements)
-        rng = np.random.default_rng([cfg.seed, 3, index])
-        self.compute = ComputeEmulator(cfg.compute, ComputePlan(cfg.compute, rng), sleep=sleep)
+        self.rng = np.random.default_rng([cfg.seed, 3, index])
+        plan = ComputePlan(cfg.compute, self.rng, slowdown=faults.slowdown if faults.straggles else None)
+        self.compute = ComputeEmulator(cfg.compute, plan, sleep=sleep)
+        self.faults = faults
+        self.crash = crash
+        self.crashed_steps: set[int] = set()  # kills already done (a restarted worker does not die again)
+        self.restarted_wall_ns: Optional[int] = None  # when the crash this process recovers from happened
         self.bounds = cfg.shard_bounds()
         self.versions = [0] * len(self.bounds)  # shard versions as of the last pull
         self.params: list[np.ndarray] = []
@@ -125,7 +141,14 @@ class Worker:
         pull_every = self.cfg.pull_every
         step_input = self.input if self.input is not None and self.input.step_reader is not None else None
         mode = self.cfg.sync
+        if self.restarted_wall_ns is not None:  # the lost time: from the crash until now
+            wall, _ = rec.now()
+            rec.record(Phase.RESTART, self.steps_done, self.restarted_wall_ns, max(0, wall - self.restarted_wall_ns))
+            self.restarted_wall_ns = None
         for step in range(self.steps_done, steps):
+            if step in self.faults.kill_steps and step not in self.crashed_steps and self.crash is not None:
+                self.crashed_steps.add(step)
+                self.crash(step)
             if step_input is not None:
                 with rec.timed(Phase.READ, step, step_input.step_bytes):
                     step_input.read_step()
@@ -148,6 +171,19 @@ class Worker:
                     self.params = [p for _, p in pulled]
             self.steps_done = step + 1
         return self.steps_done
+
+    def position(self) -> dict[str, Any]:
+        """Where the worker stands, for its restarted self: steps done, pulled versions, kills
+        done and the jitter generator's state."""
+        return {"steps_done": self.steps_done, "versions": list(self.versions),
+                "crashed_steps": sorted(self.crashed_steps), "rng": self.rng.bit_generator.state}
+
+    def resume(self, position: dict[str, Any], crashed_wall_ns: int) -> None:
+        self.steps_done = position["steps_done"]
+        self.versions = list(position["versions"])
+        self.crashed_steps = set(position["crashed_steps"])
+        self.rng.bit_generator.state = position["rng"]
+        self.restarted_wall_ns = crashed_wall_ns
 
     def _sync_pull(self, step: int) -> None:
         """Pull the parameters as of all N pushes of ``step``, split into ``barrier`` and ``pull``."""
@@ -172,7 +208,9 @@ class WorkerActor:
     """Thin Ray wrapper around ``Worker``; made remote by ``testbed.run``."""
 
     def __init__(self, cfg: RunConfig, index: int, server_handles: list, run_id: str, repeat: int,
-                 dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None) -> None:
+                 dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None,
+                 state_dir: Optional[str] = None) -> None:
+        """``state_dir``: where a crash leaves the worker's state (needed with a kill_worker fault)."""
         self.identity = node_identity()
         self.recorder = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                       actor=f"worker-{index}", role=Role.WORKER, node=self.identity["node"])
@@ -181,8 +219,21 @@ class WorkerActor:
             from actors.reader import RayGateClient, WorkerInput
             data_input = WorkerInput(cfg, index, dataset, RayGateClient(gate) if gate is not None else None)
         clock = RayClockClient(clock_handle) if clock_handle is not None else None
+        faults = worker_faults(cfg, index)
+        self.crash_file = crash_path(state_dir, f"worker-{index}") if state_dir else None
         self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, clock=clock,
-                             data_input=data_input)
+                             data_input=data_input, faults=faults,
+                             crash=self._crash if self.crash_file is not None else None)
+        saved = load_state(self.crash_file) if self.crash_file is not None else None
+        if saved is not None:  # this process is Ray's restart of one that crashed
+            self.recorder.restore(saved["events"])
+            self.worker.resume(saved["position"], saved["crashed_wall_ns"])
+
+    def _crash(self, step: int) -> None:
+        """The kill_worker fault: save the events and the position, then exit the process at once."""
+        save_state(self.crash_file, {"events": self.recorder.export(), "position": self.worker.position(),
+                                     "crashed_wall_ns": time.time_ns()})
+        os._exit(1)
 
     def cpu_s(self) -> float:
         """CPU seconds this actor's process has used (all its threads)."""

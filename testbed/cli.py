@@ -60,8 +60,10 @@ def _progress() -> Progress:
 
 
 @app.command()
-def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML); with --resume, default the saved one"),
         out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="finish this interrupted run folder: run only "
+                                              "the config repeats it lacks (the spec must be the same)"),
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
         set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
         monitor_interval: str = typer.Option("200ms", "--monitor-interval",
@@ -69,10 +71,9 @@ def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
     """Run every config x repeat of SPEC and write a run folder with its report."""
     from testbed.report import write_report
     from testbed.run import run_experiment
-    from testbed.spec import load_spec
 
     interval_s = _interval(monitor_interval)
-    experiment = load_spec(spec, overrides=set_)
+    experiment = _spec_for_run(spec, resume, out, set_)
     with _progress() as bar:
         task = bar.add_task(experiment.name, total=None)
 
@@ -80,10 +81,36 @@ def run(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
             bar.update(task, description=label, completed=done, total=total or None)
 
         folder = run_experiment(experiment, out=out, address=address, progress=progress,
-                                monitor_interval_s=interval_s)
+                                monitor_interval_s=interval_s, resume=resume)
     write_report(folder.path)
     out_console.print(summary_table(folder.summary()))
+    _say_problems(folder)
     out_console.print(f"results: {folder.path}")
+
+
+def _spec_for_run(spec: Optional[Path], resume: Optional[Path], out: Optional[Path], overrides: list[str]):
+    """The spec to run: SPEC with its --set overrides; with --resume and no SPEC, the folder's own."""
+    from testbed.spec import load_spec, parse_spec
+    if resume is not None and out is not None:
+        raise UserError("--resume appends to the folder it names; leave out --out")
+    if spec is not None:
+        return load_spec(spec, overrides=overrides)
+    if resume is None:
+        raise UserError("give a spec file (testbed run SPEC), or --resume RUN_DIR to finish an interrupted run")
+    from testbed.rundir import RunFolder
+    from testbed.spec import with_reliability_defaults
+    saved = RunFolder.open(resume).manifest.get("spec")
+    if not isinstance(saved, dict):
+        raise UserError(f"{resume}: the manifest holds no spec; give the spec file as well")
+    return parse_spec(with_reliability_defaults(saved), source=f"{resume}/manifest.json", overrides=overrides)
+
+
+def _say_problems(folder) -> None:
+    """One line per config repeat that timed out or failed (the run went on past it)."""
+    for f in folder.manifest.get("finished", []):
+        if f.get("status", "ok") != "ok":
+            err_console.print(f"warning: {f['config_id']} repeat {f['repeat']} {f['status']}: {f.get('error', '')}",
+                              markup=False, highlight=False, soft_wrap=True)
 
 
 def _interval(text: str) -> Optional[float]:
@@ -227,9 +254,13 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
     if profile is not None:
         from testbed.profile import load_profile, save_profile
         from testbed.rundir import RunFolder
+        from testbed.profile import check_profile_machine
         from testbed.rundir import PROFILE_FILE
         folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
-        save_profile(load_profile(profile), folder.path / PROFILE_FILE)
+        loaded = load_profile(profile)
+        if folder.manifest.get("host"):
+            check_profile_machine(loaded, profile, folder.manifest["host"], None, "the machine this run used")
+        save_profile(loaded, folder.path / PROFILE_FILE)
     path = write_report(run_dir)
     out_console.print(f"report: {path}")
 
@@ -242,16 +273,34 @@ def version() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+    """Entry point of the console script; returns the exit code.
+
+    SIGTERM (a kill, a batch system's time limit) ends a run like Ctrl-C: the folder is marked
+    ``incomplete`` and keeps every finished config (Ray's driver turns SIGTERM into SystemExit,
+    and ``run_experiment`` handles both)."""
+    import signal
     try:
-        app(args=argv, standalone_mode=False)
+        signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (tests calling main in a thread)
+        pass
+    try:
+        rc = app(args=argv, standalone_mode=False)
+        if rc == 130:  # typer turns KeyboardInterrupt into this return value
+            raise KeyboardInterrupt
     except UserError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        err_console.print("interrupted: finished configs are kept; the run folder is marked incomplete",
-                          markup=False, highlight=False)
+        err_console.print("interrupted: finished configs are kept; the run folder is marked incomplete "
+                          "(finish it with `testbed run --resume RUN_DIR`)", markup=False, highlight=False)
         return 130
+    except SystemExit as exit_:
+        import signal
+        if exit_.code in (signal.SIGTERM, 128 + signal.SIGTERM):
+            err_console.print("terminated: finished configs are kept; the run folder is marked incomplete "
+                              "(finish it with `testbed run --resume RUN_DIR`)", markup=False, highlight=False)
+            return 128 + signal.SIGTERM
+        raise
     except Exception as err:  # click's usage errors carry their own exit code
         import click
         if isinstance(err, click.exceptions.ClickException):
@@ -261,6 +310,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 130
         raise
     return 0
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from testbed.units import format_bytes
 
 __all__ = [
     "DatasetInfo", "MEMORY_FS_TYPES", "prepare_dataset", "dataset_dir", "file_sizes", "fs_type",
-    "mount_fs_type", "check_cache_bypass", "write_random_file",
+    "mount_fs_type", "check_cache_bypass", "write_random_file", "dataset_present_bytes", "check_data_dir",
 ]
 
 # File systems that keep file data in RAM: reads from them never reach a disk.
@@ -187,6 +187,41 @@ def prepare_dataset(data: Data, dataset_bytes: int, node_tag: str = "", *,
         os.close(lock_fd)  # closing releases the flock
     files = tuple((str(p), n) for p, n in zip(paths, sizes))
     return DatasetInfo(str(directory), files, kind, bypass, written, node_tag)
+
+
+def check_data_dir(data: Data) -> None:
+    """Refuse a data directory that can't hold a data set, before anything is written: on a
+    memory-backed fs (unless allowed), a path through a file, or one that can't be written
+    (read-only, no permission). Creates the directory, as writing the data set would."""
+    check_cache_bypass(data.dir, data.allow_cached)
+    directory = Path(os.path.expanduser(data.dir))
+    probe = directory / f".write-test-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"data directory {directory} cannot be written ({err.strerror or err}); set data.dir to "
+                        f"a writable directory on a disk with room for the data set") from None
+
+
+def dataset_present_bytes(cfg) -> int:
+    """Bytes of a config's data set already complete on this node (files of the right size)."""
+    directory = dataset_dir(cfg.data, cfg.workload.dataset_bytes)
+    total, each = cfg.workload.dataset_bytes, cfg.data.file_bytes
+    count = -(-total // each)
+    present = 0
+    try:
+        names = os.listdir(directory)  # only what is there: a huge data set has millions of names
+    except OSError:
+        return 0
+    for name in names:
+        if not (name.startswith("part-") and name.endswith(".bin") and name[5:-4].isdigit()):
+            continue
+        i = int(name[5:-4])
+        if i < count and _has_size(directory / name, min(each, total - i * each)):
+            present += min(each, total - i * each)
+    return present
 
 
 def _size_or_zero(path: Path) -> int:

@@ -127,14 +127,21 @@ class ComputeEmulator:
     def run(self, step: int) -> float:
         """Spend the step's compute; returns the requested duration (0 for matmul)."""
         if self.mode is ComputeMode.MATMUL:
+            t0 = self._clock()
             np.matmul(self._a, self._b, out=self._c)
+            factor = self.plan.slowdown(step) if self.plan.slowdown is not None else 1.0
+            if factor > 1.0:  # a straggler: its FLOPs take factor times as long (spun, like the rest)
+                self._spin((factor - 1.0) * (self._clock() - t0))
             return 0.0
         duration = self.plan.duration_s(step)
         if self.mode is ComputeMode.SLEEP:
             if duration > 0:
                 self._sleep(duration)
         else:
-            deadline = self._clock() + duration
-            while self._clock() < deadline:
-                pass
+            self._spin(duration)
         return duration
+
+    def _spin(self, duration: float) -> None:
+        deadline = self._clock() + duration
+        while self._clock() < deadline:
+            pass

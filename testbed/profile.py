@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from testbed.errors import UserError
 
-__all__ = ["DiskProfile", "HardwareProfile", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile"]
+__all__ = ["DiskProfile", "HardwareProfile", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile",
+           "check_profile_machine"]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -144,3 +145,17 @@ def load_profile(path: str | Path) -> HardwareProfile:
         return HardwareProfile.from_dict(data)
     except (TypeError, ValueError) as err:
         raise UserError(f"{path}: not a usable hardware profile ({err}); re-create it with `testbed calibrate --recalibrate`") from None
+
+
+def check_profile_machine(profile: HardwareProfile, path: str | Path, host: str, cpu_model: Optional[str],
+                          where: str) -> None:
+    """Refuse a profile measured on another machine than ``host`` (and ``cpu_model``, when
+    given): its figures would predict the wrong hardware. A profile without an identity passes."""
+    theirs_host = profile.identity.get("host")
+    theirs_cpu = profile.identity.get("cpu_model")
+    if theirs_host is None:
+        return
+    if theirs_host != host or (cpu_model is not None and theirs_cpu not in (None, cpu_model)):
+        raise UserError(f"{path}: this profile was measured on host {theirs_host!r} ({theirs_cpu}), not on {where} "
+                        f"(host {host!r}{f', {cpu_model}' if cpu_model else ''}); calibrate there with "
+                        f"`testbed calibrate`, or leave out --profile")

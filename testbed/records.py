@@ -42,6 +42,8 @@ class Phase(str, enum.Enum):
     BARRIER = "barrier"      # worker: waiting for other workers (sync, ssp)
     QUEUE = "queue"          # server: a push waiting for the shard to be free
     APPLY = "apply"          # server: applying one gradient in place
+    CHECKPOINT = "checkpoint"  # server: writing its parameters and version to the run folder
+    RESTART = "restart"      # worker or server: from its crash until the restarted actor resumed (lost time)
 
 
 class Role(str, enum.Enum):
@@ -170,10 +172,26 @@ class EventRecorder:
         return self._mono_ns()
 
     def export(self) -> dict[str, Any]:
-        """The events as columns (constants once, varying fields as arrays); cheap to ship."""
-        return {"constants": dict(self.constants), "phase": self._phase.tobytes(), "step": self._step,
-                "start_ns": self._start, "duration_ns": self._dur, "bytes": self._bytes,
-                "staleness": self._stale}
+        """The events as columns (constants once, varying fields as arrays); cheap to ship.
+
+        Safe while another thread records (a deadline asks a worker for its events mid-step):
+        ``record`` appends the staleness last, so the first ``len(staleness)`` entries of every
+        column are complete events, and slicing an array is atomic under the GIL."""
+        n = len(self._stale)
+        return {"constants": dict(self.constants), "phase": self._phase[:n].tobytes(), "step": self._step[:n],
+                "start_ns": self._start[:n], "duration_ns": self._dur[:n], "bytes": self._bytes[:n],
+                "staleness": self._stale[:n]}
+
+    def restore(self, exported: dict[str, Any]) -> None:
+        """Put back events exported earlier (by the process of this actor that crashed) before any new ones."""
+        for name, arr in (("phase", self._phase), ("step", self._step), ("start_ns", self._start),
+                          ("duration_ns", self._dur), ("bytes", self._bytes), ("staleness", self._stale)):
+            old = array(arr.typecode)
+            if name == "phase":
+                old.frombytes(exported[name])
+            else:
+                old.extend(exported[name])
+            arr[:0] = old
 
     def clear(self) -> None:
         for a in (self._phase, self._step, self._start, self._dur, self._bytes, self._stale):

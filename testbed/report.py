@@ -49,6 +49,7 @@ def write_report(run_dir: str | Path) -> Path:
              f"ended {folder.manifest.get('ended')}.", ""]
     lines += data_section(folder.manifest)
     lines += summary_section(summary)
+    lines += reliability_section(folder.manifest, events, summary)
     lines += model_sections(folder)
     lines += staleness_section(folder, events)
     lines += nodes_section(folder, events, resources)
@@ -76,6 +77,72 @@ def data_section(manifest: dict[str, Any]) -> list[str]:
         lines += ["", "**The data set is on a memory-backed file system (run with `allow_cached`): its reads "
                   "came from RAM, not a disk, so the init and read phases do not measure a disk.**"]
     return lines + [""]
+
+
+def reliability_section(manifest: dict[str, Any], events: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """Faults injected, what they cost (restarts, lost time, lost updates), stragglers measured
+    against the other workers, and config repeats that timed out, failed or are missing."""
+    configs = {c["config_id"]: c for c in manifest.get("configs", [])}
+    finished = {(f["config_id"], f["repeat"]): f for f in manifest.get("finished", [])}
+    faulty = [cid for cid, c in configs.items() if c.get("faults")]
+    troubled = [k for k, f in finished.items() if f.get("status", "ok") != "ok"]
+    missing = [(cid, r) for cid in configs for r in range(manifest.get("repeats", 1)) if (cid, r) not in finished]
+    if not (faulty or troubled or missing or manifest.get("resumed")):
+        return []
+    lines = ["## Faults and recovery", ""]
+    for resumed in manifest.get("resumed", []):
+        lines.append(f"- resumed at {resumed['at']}: {resumed['missing']} config repeat(s) were missing")
+    for cid, r in missing:
+        lines.append(f"- `{cid}` repeat {r}: **not run** (the run is {manifest.get('status')}; "
+                     f"`testbed run --resume` finishes it)")
+    for cid, r in troubled:
+        f = finished[(cid, r)]
+        lines.append(f"- `{cid}` repeat {r}: **{f['status']}**: {f.get('error', '')}; its events up to then are kept")
+    if lines[-1] != "":
+        lines.append("")
+    if faulty and not summary.empty:
+        rows = []
+        for _, row in summary[summary["config_id"].isin(faulty)].iterrows():
+            kinds = ", ".join(_fault_text(f) for f in configs[row["config_id"]]["faults"])
+            rows.append((row["config_id"], row["repeat"], kinds, row["status"], row["restarts"], row["restart_s"],
+                         row["lost_updates"], row["train_s"]))
+        lines += ["Faults injected from the spec. `restart s` is the lost time: from each crash until the "
+                  "restarted actor resumed (the `restart` events); `lost updates` were applied by a shard after "
+                  "its last checkpoint and rolled back by its restart.", "",
+                  *markdown_table(rows, ["config_id", "repeat", "faults", "status", "restarts", "restart s",
+                                         "lost updates", "train s"]), ""]
+        lines += _straggler_lines(configs, events)
+    return lines
+
+
+def _fault_text(fault: dict[str, Any]) -> str:
+    if fault["kind"] == "kill_worker":
+        return f"kill worker {fault['worker']} at step {fault['step']}"
+    if fault["kind"] == "straggler":
+        return f"worker {fault['worker']} {fault['factor']:g}x slower from step {fault['from_step']}"
+    return f"kill shard {fault['shard']} at update {fault['update']}"
+
+
+def _straggler_lines(configs: dict[str, Any], events: pd.DataFrame) -> list[str]:
+    """A straggler's mean compute per step while it straggled, against the other workers' over the same steps."""
+    rows = []
+    compute = events[events["phase"] == Phase.COMPUTE.value]
+    for cid, cfg in configs.items():
+        for f in cfg.get("faults", []):
+            if f["kind"] != "straggler":
+                continue
+            mine = compute[(compute["config_id"] == cid) & (compute["step"] >= f["from_step"])]
+            slow = mine[mine["actor"] == f"worker-{f['worker']}"]["duration_ns"]
+            rest = mine[mine["actor"] != f"worker-{f['worker']}"]["duration_ns"]
+            ratio = slow.mean() / rest.mean() if len(slow) and len(rest) else float("nan")
+            rows.append((cid, f"worker-{f['worker']}", f["factor"], slow.mean() / 1e9 if len(slow) else float("nan"),
+                         rest.mean() / 1e9 if len(rest) else float("nan"), ratio))
+    if not rows:
+        return []
+    return ["Stragglers: mean compute per step from the straggler's first slow step, against the other workers "
+            "over the same steps (the model's predictions above do not yet include the straggler).", "",
+            *markdown_table(rows, ["config_id", "straggler", "factor", "its compute s", "others' compute s",
+                                   "measured ratio"]), ""]
 
 
 def model_sections(folder: RunFolder) -> list[str]:

@@ -3,13 +3,16 @@ the config in progress.
 
 Layout::
 
-    manifest.json        schema version, status, resolved spec, configs, versions, host, git
+    manifest.json        schema version, status, resolved spec, configs, versions, host, git,
+                         the config repeats that finished (with their status: ok, timed_out, failed)
     events.parquet/      one Parquet file per finished config and repeat (reads as one table)
     resources.parquet    the node monitors' samples, all configs (rewritten when a config ends)
     summary.csv          one row per config and repeat, derived from the events
     trace.json           the events as a Chrome trace (Perfetto, chrome://tracing)
 
-Every file is written atomically (temporary file, fsync, rename).
+Every file is written atomically (temporary file, fsync, rename). While a config with
+faults runs, ``state/<config>-r<repeat>/`` holds its checkpoints and crash records; it is
+removed when the config ends.
 """
 
 from __future__ import annotations
@@ -167,12 +170,27 @@ class RunFolder:
             self.manifest["error"] = error
         self.write_manifest()
 
+    def begin_resume(self, missing: int) -> None:
+        """Mark a folder being resumed as running again (same run id), noting when and how many
+        config repeats were missing, and drop temporary files a killed writer left behind."""
+        for tmp in [*self.path.glob(".*.tmp-*"), *(self.path / EVENTS_DIR).glob(".*.tmp-*")]:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self.manifest.setdefault("resumed", []).append({"at": now_iso(), "missing": missing, "argv": sys.argv})
+        self.manifest["status"] = "running"
+        self.manifest["ended"] = None
+        self.manifest.pop("error", None)
+        self.write_manifest()
+
     def write_config_events(self, config_id: str, repeat: int, columns: dict[str, list],
                             status: str = "ok", info: Optional[dict[str, Any]] = None) -> Path:
         """Write one config repeat's events atomically and record it as finished."""
         table = pa.Table.from_pydict(columns, schema=arrow_schema())
         target = self.path / EVENTS_DIR / f"{config_id}-r{repeat}.parquet"
         atomic_write_bytes(target, _parquet_bytes(table))
+        # A folder resumed after a kill that came between the rename and the manifest: replace.
+        self.manifest["finished"] = [f for f in self.manifest["finished"]
+                                     if (f["config_id"], f["repeat"]) != (config_id, repeat)]
         self.manifest["finished"].append({"config_id": config_id, "repeat": repeat, "status": status,
                                           "events": len(table), **(info or {})})
         self.write_manifest()

@@ -24,12 +24,14 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from testbed.errors import UserError
+from testbed.faults import Fault, check_faults
 from testbed.units import parse_bytes, parse_seconds
 
 __all__ = [
     "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
     "Jitter", "Compute", "Workload", "Data", "Placement", "ConfigFields", "ExperimentSpec", "RunConfig",
     "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
+    "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults",
 ]
 
 DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
@@ -37,6 +39,13 @@ DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
 # How long a worker may wait at a barrier (sync, ssp) when the config sets no deadline:
 # long enough for any laptop-sized step, short enough that a lost worker ends the run.
 DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
+# Added to margin x predicted time for a config's default deadline: actor start-up, restarts.
+DEADLINE_SLACK_S = 60.0
+
+# Reliability fields left out of a config's id while they hold their defaults, so configs
+# without faults keep the ids they had before these fields existed.
+_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0}
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
@@ -179,7 +188,17 @@ class ConfigFields(_Strict):
     compute: Compute = Compute()
     data: Data = Data()
     placement: Placement = Placement()
-    deadline_s: Optional[Seconds] = Field(None, gt=0.0)
+    deadline_s: Optional[Seconds] = Field(None, gt=0.0, le=30 * 86400.0)
+    deadline_margin: float = Field(10.0, ge=1.0, le=1000.0,
+                                   description="default deadline: this x the queueing model's time + 60 s")
+    faults: list[Fault] = Field(default_factory=list)
+    checkpoint_every: int = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
+    restarts: int = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> "ConfigFields":
+        check_faults(self)
+        return self
 
     @model_validator(mode="after")
     def _gradient_fits_shards(self) -> "ConfigFields":
@@ -236,6 +255,14 @@ class ExperimentSpec(ConfigFields):
     description: str = ""
     repeats: int = Field(1, ge=1, le=1000)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> "ExperimentSpec":
+        # With a sweep the base values may not be a config that runs (workers: 1, sweeping 2
+        # and 4): the faults are checked on each expanded config instead.
+        if not self.sweep:
+            check_faults(self)
+        return self
 
     @model_validator(mode="after")
     def _sweep_names_knobs(self) -> "ExperimentSpec":
@@ -356,6 +383,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Experimen
 
 
 def _config_id(index: int, fields: dict[str, Any]) -> str:
+    fields = {k: v for k, v in fields.items() if k not in _ID_OMITS_DEFAULTS or v != _ID_OMITS_DEFAULTS[k]}
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
     return f"c{index:03d}-{digest}"
 
@@ -383,3 +411,24 @@ def expand(spec: ExperimentSpec) -> list[RunConfig]:
             config_id=_config_id(index, resolved), sweep_values=dict(zip(keys, values)),
         ))
     return configs
+
+
+def spec_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted names of the fields that differ between two specs given as plain data
+    (a field only one side has counts as changed); lists compare whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = []
+        for key in sorted(set(old) | set(new), key=str):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                changed.append(name)
+            else:
+                changed += spec_diff(old[key], new[key], name)
+        return changed
+    return [] if old == new else [prefix or "(spec)"]
+
+
+def with_reliability_defaults(spec_data: dict[str, Any]) -> dict[str, Any]:
+    """A spec dumped before the reliability fields existed, with their defaults filled in
+    (so resuming such a run folder does not report them as changed)."""
+    return {**json.loads(json.dumps(_ID_OMITS_DEFAULTS)), **spec_data}

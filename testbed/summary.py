@@ -25,7 +25,9 @@ SUMMARY_COLUMNS = [
     "gradient_bytes", "compute_mode",
     "compute_s", "steps", "pull_every", "dataset_bytes", "init_io", "partition", "status",
     "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "updates",
-] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["worker_cpu_per_step_s", "server_cpu_per_step_s", "staleness_mean", "staleness_p50", "staleness_p99", "staleness_max"]
+    "restarts", "restart_s", "lost_updates",
+] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["worker_cpu_per_step_s", "server_cpu_per_step_s", "staleness_mean",
+                                                  "staleness_p50", "staleness_p99", "staleness_max"]
 
 
 def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -66,11 +68,17 @@ def _cpu_per_step(finished: Iterable[dict[str, Any]]) -> dict[tuple[str, int], t
 
 def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
               statuses: dict[tuple[str, int], str] | None = None,
-              finished: Iterable[dict[str, Any]] = ()) -> pd.DataFrame:
-    """One row per (config, repeat) present in ``events``, in config order; ``finished`` (the
-    manifest's list) adds the actors' CPU per step where it was recorded."""
-    statuses = statuses or {}
+              finished: Iterable[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per (config, repeat) present in ``events``, in config order.
+
+    ``finished``: the manifest's entries, which give each row its status, the updates the
+    shards lost with a crash (a count the shards keep, not an event) and the actors' CPU
+    during training (read from the processes, not an event); ``statuses`` overrides.
+    ``restarts`` and ``restart_s`` (the lost time) come from the ``restart`` events."""
+    finished = list(finished or [])
     cpu = _cpu_per_step(finished)
+    finished = {(f["config_id"], f["repeat"]): f for f in finished}
+    statuses = {**{k: f.get("status", "ok") for k, f in finished.items()}, **(statuses or {})}
     by_id = {c["config_id"]: c for c in configs}
     rows = []
     if len(events):
@@ -92,6 +100,10 @@ def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
         applies = frame[(frame["role"] == Role.SERVER.value) & (frame["phase"] == Phase.APPLY.value)]
         row["steps_per_s"] = len(pushes) / row["train_s"] if row["train_s"] > 0 else float("nan")
         row["updates"] = len(applies)
+        restarts = frame[frame["phase"] == Phase.RESTART.value]
+        row["restarts"] = len(restarts)
+        row["restart_s"] = float(restarts["duration_ns"].sum()) / 1e9
+        row["lost_updates"] = sum(finished.get((config_id, int(repeat)), {}).get("lost_updates", []))
         worker_cpu, server_cpu = cpu.get((config_id, int(repeat)), (np.nan, np.nan))
         row["worker_cpu_per_step_s"] = worker_cpu / len(pushes) if len(pushes) else np.nan
         row["server_cpu_per_step_s"] = server_cpu / len(pushes) if len(pushes) else np.nan

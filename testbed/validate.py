@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from actors.monitor import DEFAULT_INTERVAL_S
 from testbed.calibrate import calibrate
-from testbed.profile import HardwareProfile, load_profile, save_profile
+from testbed.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.rundir import PROFILE_FILE, RunFolder
 from testbed.run import run_experiment
 from testbed.spec import ExperimentSpec, expand
@@ -29,6 +29,10 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     configs = expand(spec)
     if profile_path is not None:
         profile: HardwareProfile = load_profile(profile_path)
+        import socket
+
+        from testbed.calibrate import _cpu_model
+        check_profile_machine(profile, profile_path, socket.gethostname(), _cpu_model(), "this machine")
     else:
         needs_disk = any(c.workload.dataset_bytes > 0 for c in configs)
         data_dir = configs[0].data.dir if needs_disk else None
@@ -36,7 +40,9 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
                                        with_disk=needs_disk, progress=lambda what: say(f"calibrating: {what}"))
         if reused:
             say("using the cached hardware profile")
-    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s)
+    from testbed.deadlines import default_deadlines
+    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
+                            deadlines=default_deadlines(configs, profile))
     save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report import write_report
     write_report(folder.path)
