@@ -16,6 +16,7 @@ import numpy as np
 
 from testbed.model.families import SATURATED, Bound, ModelFamily, scaling_curve
 from testbed.model.knee import marginal_knee
+from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
 from testbed.model.terms import StepTerms, init_seconds, step_terms, steps_per_worker
 from testbed.profile import HardwareProfile
 
@@ -132,7 +133,9 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
     job_rate = n * steps_frac / (setup + init + steps_frac * curve.step_s)
     i = big_n - 1
     steps = int(config.steps)
-    train = steps * float(curve.step_s[i])
+    # Stragglers (testbed/model/stragglers.py) lengthen the train phase, not the others' steps.
+    late = straggler_extra_s(config, t.compute_s, steps, t.sync)
+    train = steps * float(curve.step_s[i]) + late
     share = {b: steps * float(v[i]) for b, v in curve.share.items()}
     utilization = {b: float(v[i]) for b, v in curve.utilization.items()}
     modelled_setup = t.setup_per_actor_s is not None or bool(t.setup_points)
@@ -142,7 +145,9 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
         steps=steps, setup_s=float(setup[i]), setup_modelled=modelled_setup,
         init_s=float(init[i]), train_s=train, total_s=float(setup[i] + init[i]) + train,
         step_s=float(curve.step_s[i]), steps_per_s=big_n / float(curve.step_s[i]),
-        read_s=float(curve.read_s[i]), compute_s=float(curve.compute_s[i]), push_s=float(curve.push_s[i]),
+        read_s=float(curve.read_s[i]),
+        compute_s=float(curve.compute_s[i]) * straggler_compute_factor(config, steps, big_n),
+        push_s=float(curve.push_s[i]),
         pull_s=float(curve.pull_s[i]), queue_s=float(curve.queue_s[i]), apply_s=float(curve.apply_s[i]),
         server_utilization=utilization.get(Bound.SERVER),
         bound=_bound(share, utilization, float(init[i])),
