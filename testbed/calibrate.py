@@ -37,9 +37,11 @@ from testbed.errors import UserError
 from testbed.profile import HardwareProfile, load_profile, save_profile
 
 __all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
-           "measure_ray_figures", "reusable_profile", "PROFILE_CACHE_DIR"]
+           "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
 
-PROFILE_CACHE_DIR = Path(os.environ.get("TESTBED_CACHE_DIR", "~/.cache/ddnn-testbed")).expanduser() / "profiles"
+def profile_cache_dir() -> Path:
+    """Where profiles are cached: ``$TESTBED_CACHE_DIR/profiles``, by default under ~/.cache."""
+    return Path(os.environ.get("TESTBED_CACHE_DIR", "~/.cache/ddnn-testbed")).expanduser() / "profiles"
 Progress = Callable[[str], None]
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
@@ -79,7 +81,7 @@ def identity_key(identity: dict[str, Any]) -> str:
 
 
 def cached_profile_path(identity: dict[str, Any]) -> Path:
-    return PROFILE_CACHE_DIR / f"profile-{identity_key(identity)}.json"
+    return profile_cache_dir() / f"profile-{identity_key(identity)}.json"
 
 
 def reusable_profile(path: Path, identity: dict[str, Any]) -> Optional[HardwareProfile]:

@@ -23,8 +23,10 @@ __all__ = ["validate"]
 def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
              profile_path: Optional[Path] = None, recalibrate: bool = False,
              progress: Optional[Callable[[str, int, int], None]] = None,
-             monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S) -> RunFolder:
-    """Run ``spec`` and compare it with every model family; returns the run folder."""
+             monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S, quick_calibration: bool = False) -> RunFolder:
+    """Run ``spec`` and compare it with every model family; returns the run folder.
+
+    ``quick_calibration``: fewer repetitions when a profile must be measured (smoke tests)."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = expand(spec)
     if profile_path is not None:
@@ -37,7 +39,8 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
         needs_disk = any(c.workload.dataset_bytes > 0 for c in configs)
         data_dir = configs[0].data.dir if needs_disk else None
         profile, _, reused = calibrate(address=address, recalibrate=recalibrate, data_dir=data_dir,
-                                       with_disk=needs_disk, progress=lambda what: say(f"calibrating: {what}"))
+                                       with_disk=needs_disk, quick=quick_calibration,
+                                       progress=lambda what: say(f"calibrating: {what}"))
         if reused:
             say("using the cached hardware profile")
     from testbed.deadlines import default_deadlines
