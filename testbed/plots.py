@@ -27,6 +27,17 @@ _STYLE = {"initial": ":", "updated": "--", "queueing": "-"}
 _STEP_PHASES = ("read", "compute", "push", "pull", "barrier")
 
 
+def _finish(fig: plt.Figure, ax, xlabel: str, ylabel: str, title: str, legend_size: int = 7) -> plt.Figure:
+    """Labels, grid, legend and layout shared by every plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
+
+
 def _groups(compared: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
     if "group" not in compared:
         compared = compared.assign(group="all")
@@ -50,14 +61,8 @@ def phase_vs_workers(compared: pd.DataFrame, curves: Optional[pd.DataFrame], pha
                 if len(c):
                     ax.plot(c["workers"], c[col], _STYLE.get(model, "-"), color=color, alpha=0.8,
                             label=f"{model} ({label})")
-    ax.set_xlabel("workers")
-    ax.set_ylabel(f"{phase} time (s)")
-    ax.set_title(f"{phase} phase vs workers")
     ax.set_xscale("log", base=2)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "workers", f"{phase} time (s)", f"{phase} phase vs workers")
 
 
 def speedup_vs_workers(compared: pd.DataFrame, curves: Optional[pd.DataFrame],
@@ -80,13 +85,7 @@ def speedup_vs_workers(compared: pd.DataFrame, curves: Optional[pd.DataFrame],
                     ax.plot(c["workers"], c["steps_per_s"] / (c0["steps_per_s"] / c0["workers"]),
                             _STYLE.get(model, "-"), color=color, alpha=0.8, label=f"{model} ({label})")
     ax.plot([1, top], [1, top], color="grey", lw=1, label="linear")
-    ax.set_xlabel("workers")
-    ax.set_ylabel("speedup (steps/s over one worker's)")
-    ax.set_title("train-phase speedup vs workers")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "workers", "speedup (steps/s over one worker's)", "train-phase speedup vs workers")
 
 
 def phase_breakdown(compared: pd.DataFrame) -> plt.Figure:
@@ -106,10 +105,8 @@ def phase_breakdown(compared: pd.DataFrame) -> plt.Figure:
         bottom += values
     labels = [f"N={int(w)} S={int(s)}" for w, s in zip(means["workers"], means["servers"])]
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("mean time per step (ms)")
-    ax.set_title("per-step phases per config (measured)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig = _finish(fig, ax, "", "mean time per step (ms)", "per-step phases per config (measured)")
+    ax.grid(False)
     return fig
 
 
@@ -135,13 +132,7 @@ def measured_vs_predicted(compared: pd.DataFrame, models: Iterable[str] = MODELS
         ax.plot([lo, hi], [lo, hi], color="grey", lw=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
-    ax.set_xlabel("measured (s)")
-    ax.set_ylabel("predicted (s)")
-    ax.set_title("measured vs predicted")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "measured (s)", "predicted (s)", "measured vs predicted", legend_size=6)
 
 
 def staleness_histogram(events: pd.DataFrame) -> plt.Figure:
@@ -152,12 +143,8 @@ def staleness_histogram(events: pd.DataFrame) -> plt.Figure:
         values = sub["staleness"].to_numpy()
         bins = np.arange(values.max() + 2) - 0.5
         ax.hist(values, bins=bins, histtype="step", color=f"C{k % 10}", label=config_id, density=True)
-    ax.set_xlabel("staleness (updates applied since the worker's pull)")
-    ax.set_ylabel("fraction of updates")
-    ax.set_title("staleness of applied updates")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "staleness (updates applied since the worker's pull)", "fraction of updates",
+                   "staleness of applied updates", legend_size=6)
 
 
 def save(fig: plt.Figure, path: Path) -> Path:

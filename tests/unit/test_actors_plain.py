@@ -2,22 +2,12 @@
 
 import numpy as np
 import pytest
+from plain import config, rec
 
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
 from testbed.emulate import ComputePlan, GradientSource, initial_parameters, matmul_size
-from testbed.records import EventRecorder
-from testbed.spec import Compute, expand, parse_spec
-
-
-def config(**fields):
-    base = {"name": "t", "workload": {"steps": 6}, "compute": {"seconds": "1ms"}, "gradient_bytes": "4KiB"}
-    base.update(fields)
-    return expand(parse_spec(base))[0]
-
-
-def rec(actor, role):
-    return EventRecorder(run_id="r", config_id="c", repeat=0, actor=actor, role=role)
+from testbed.spec import Compute
 
 
 def build(cfg, sleeps=None):

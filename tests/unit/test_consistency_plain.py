@@ -5,24 +5,14 @@ import time
 
 import numpy as np
 import pytest
+from plain import config, rec
 
 from actors.clock import StepClock
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
 from testbed.emulate import GradientSource, initial_parameters
 from testbed.errors import UserError
-from testbed.records import EventRecorder
-from testbed.spec import expand, parse_spec
-
-
-def config(**fields):
-    base = {"name": "t", "workload": {"steps": 6}, "compute": {"seconds": "1ms"}, "gradient_bytes": "4KiB"}
-    base.update(fields)
-    return expand(parse_spec(base))[0]
-
-
-def rec(actor, role):
-    return EventRecorder(run_id="r", config_id="c", repeat=0, actor=actor, role=role)
+from testbed.spec import parse_spec
 
 
 def shards_for(cfg, timeout_s=10.0):
