@@ -155,6 +155,10 @@ class ServerActor:
         self.server = ParameterServer(shard=shard, lo=lo, hi=hi, seed=seed, learning_rate=learning_rate,
                                       recorder=recorder, apply_extra_s=apply_extra_s,
                                       wait_timeout_s=wait_timeout_s)
+        # Every push arrives in object-store memory; map all of it now (at setup), or the first
+        # pass through the store pays ~260 page faults per 16 MiB inside the apply (actors/shm.py).
+        from actors.shm import premap_object_store
+        self.identity["object_store_premap"] = premap_object_store()
 
     def cpu_s(self) -> float:
         """CPU seconds this actor's process has used (all its threads)."""
@@ -166,15 +170,6 @@ class ServerActor:
 
     def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
         return self.server.push(grad, worker, step, pulled_version)
-
-    def _apply(self, grad: np.ndarray) -> None:
-        """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
-        w, scratch, lr = self.w, self._scaled, self.learning_rate
-        for lo in range(0, w.size, _APPLY_CHUNK):
-            hi = min(lo + _APPLY_CHUNK, w.size)
-            part = scratch[: hi - lo]
-            np.multiply(grad[lo:hi], lr, out=part)
-            np.subtract(w[lo:hi], part, out=w[lo:hi])
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self.server.pull()
