@@ -1,95 +1,110 @@
-"""The cost of one push through the testbed against a bare Ray actor call with the same payload.
+"""Figure 3: one push through the testbed against a bare Ray actor call with the same payload.
 
-For each gradient size, interleaved so both see the same machine state:
+A caller actor (playing a worker) times, interleaved so all arms see the same machine state:
 
-- *bare*: ``ray.get(actor.f.remote(array))`` on an actor whose method returns at once;
+- *bare*: ``ray.get(echo.f.remote(array))`` on an actor whose method returns at once;
+- *bare threaded*: the same on an echo actor made threaded as a shard is
+  (``max_concurrency``): what Ray's threaded actors cost by themselves;
 - *testbed*: ``RayServerClient.push`` to one ``ServerActor`` shard, which applies the
   gradient in place (``w -= lr * g``) and records its queue and apply events.
 
-The ratio testbed/bare is the testbed's overhead per push, including the apply (real work
-the bare call does not do; the apply's own time is reported beside it).
+The ratio testbed/bare is the testbed's cost per push. For 16 MiB it includes the apply,
+real work a bare call does not do, so the ratio is also given with the apply's median
+subtracted (the call's own overhead). Targets: 1 KiB <= 1.3, 16 MiB <= 1.1.
 
-Run: ``python -m benchmarks.push_overhead`` (writes benchmarks/results/push_overhead.json).
+Run alone: ``python -m benchmarks --only push_overhead``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from benchmarks.common import Check, Figure, load_average, now_iso, ray_local
+
+__all__ = ["run", "Echo", "Caller", "TARGETS"]
+
 SIZES = {"1KiB": 2**10, "1MiB": 2**20, "16MiB": 16 * 2**20}
-RESULTS = Path(__file__).resolve().parent / "results" / "push_overhead.json"
+TARGETS = {"1KiB": 1.3, "16MiB": 1.1}
+CONCURRENCY = 12  # a shard of an 8-worker run: N + 4 threads
 
 
-class Bare:
-    def f(self, x):
+class Echo:
+    def f(self, x: Any = None) -> int:
         return 0
 
 
-def measure(repeats: int = 200) -> dict:
-    import ray
+class Caller:
+    """Times the arms one call after another, rotating which goes first."""
 
-    from actors.server import ServerActor
-    from actors.worker import RayServerClient
+    def compare(self, bare: Any, bare_threaded: Any, server: Any, nbytes: int, repeats: int) -> dict[str, list]:
+        import ray
 
-    ray.init(address="local", num_cpus=2, object_store_memory=512 * 2**20, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    try:
-        bare = ray.remote(Bare).options(num_cpus=0).remote()
-        results = {}
-        for label, nbytes in SIZES.items():
-            n = nbytes // 4
-            server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=4).remote(
-                shard=0, lo=0, hi=n, seed=0, learning_rate=0.01, run_id="bench", config_id=label, repeat=0)
-            ray.get(server.ready.remote())
-            client = RayServerClient([server])
-            grad = np.ones(n, dtype=np.float32)
-            reps = repeats if nbytes <= 2**20 else max(20, repeats // 5)
-            bare_s, ours_s = [], []
-            for _ in range(5):  # warm-up
-                ray.get(bare.f.remote(grad))
-                client.push([grad], 0, 0, [0])
-            for i in range(reps):
+        from actors.worker import RayServerClient
+        grad = np.ones(nbytes // 4, dtype=np.float32)
+        client = RayServerClient([server])
+        arms = {"bare": lambda i: ray.get(bare.f.remote(grad)),
+                "bare_threaded": lambda i: ray.get(bare_threaded.f.remote(grad)),
+                "testbed": lambda i: client.push([grad], 0, i, [-1])}
+        names = list(arms)
+        for i in range(5):  # warm-up
+            for fn in arms.values():
+                fn(i)
+        out: dict[str, list] = {a: [] for a in names}
+        for i in range(repeats):
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
                 t0 = time.perf_counter()
-                ray.get(bare.f.remote(grad))
-                t1 = time.perf_counter()
-                client.push([grad], 0, i, [0])
-                t2 = time.perf_counter()
-                bare_s.append(t1 - t0)
-                ours_s.append(t2 - t1)
+                arms[name](i)
+                out[name].append(time.perf_counter() - t0)
+        return out
+
+
+def measure(ray: Any, repeats: int) -> dict[str, Any]:
+    from actors.server import ServerActor
+    from testbed.records import Phase
+
+    results = {}
+    caller = ray.remote(Caller).options(num_cpus=0).remote()
+    bare = ray.remote(Echo).options(num_cpus=0).remote()
+    threaded = ray.remote(Echo).options(num_cpus=0, max_concurrency=CONCURRENCY).remote()
+    try:
+        for label, nbytes in SIZES.items():
+            server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=CONCURRENCY).remote(
+                shard=0, lo=0, hi=nbytes // 4, seed=0, learning_rate=0.01, run_id="bench", config_id=label, repeat=0)
+            ray.get(server.ready.remote())
+            reps = repeats if nbytes <= 2**20 else max(15, repeats // 5)
+            times = ray.get(caller.compare.remote(bare, threaded, server, nbytes, reps))
             export = ray.get(server.events.remote())
             ray.kill(server)
             phases = np.frombuffer(export["phase"], dtype=np.int8)
-            from testbed.records import Phase
-            apply_code = list(Phase).index(Phase.APPLY)
-            apply_ns = np.asarray(export["duration_ns"])[phases == apply_code]
-            b, o = statistics.median(bare_s), statistics.median(ours_s)
-            results[label] = {"bytes": nbytes, "repeats": reps, "bare_median_s": b, "testbed_median_s": o,
-                              "ratio_testbed_over_bare": o / b, "apply_median_s": float(np.median(apply_ns)) / 1e9}
-        return results
+            apply_s = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)] / 1e9
+            med = {arm: statistics.median(v) for arm, v in times.items()}
+            apply_med = float(np.median(apply_s[-reps:]))
+            results[label] = {
+                "bytes": nbytes, "repeats": reps, **{f"{a}_median_s": m for a, m in med.items()},
+                "apply_median_s": apply_med,
+                "ratio_testbed_over_bare": med["testbed"] / med["bare"],
+                "ratio_testbed_minus_apply_over_bare": (med["testbed"] - apply_med) / med["bare"],
+                "ratio_bare_threaded_over_bare": med["bare_threaded"] / med["bare"],
+                "samples_s": times}
     finally:
-        ray.shutdown()
+        for a in (caller, bare, threaded):
+            ray.kill(a)
+    return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    results = measure(args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "push_overhead", "results": results}, indent=2) + "\n")
-    print(f"{'size':>6} {'bare ms':>9} {'testbed ms':>11} {'ratio':>6} {'apply ms':>9}")
-    for label, r in results.items():
-        print(f"{label:>6} {r['bare_median_s'] * 1e3:9.3f} {r['testbed_median_s'] * 1e3:11.3f} "
-              f"{r['ratio_testbed_over_bare']:6.2f} {r['apply_median_s'] * 1e3:9.3f}")
-    print(f"written: {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+def run(quick: bool = False) -> Figure:
+    load, date = load_average(), now_iso()
+    with ray_local() as ray:
+        raw = measure(ray, 60 if quick else 300)
+    checks = (Check("push/bare 1KiB", raw["1KiB"]["ratio_testbed_over_bare"], TARGETS["1KiB"], "<="),
+              Check("push/bare 16MiB", raw["16MiB"]["ratio_testbed_over_bare"], TARGETS["16MiB"], "<="),
+              Check("(push-apply)/bare 16MiB", raw["16MiB"]["ratio_testbed_minus_apply_over_bare"],
+                    TARGETS["16MiB"], "<="))
+    return Figure("push_overhead", "3. push through the testbed vs a bare actor call", checks, raw, load, date,
+                  note="16 MiB: the push includes the shard's in-place apply (real work the bare call does not "
+                  "do); the third check subtracts its median", quick=quick)

@@ -265,6 +265,15 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
     out_console.print(f"report: {path}")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context) -> None:
+    """Run the testbed's own benchmarks (python -m benchmarks; --only, --quick, --out)."""
+    from benchmarks.__main__ import main as bench_main
+    code = bench_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command()
 def version() -> None:
     """Print the testbed's version."""
@@ -284,8 +293,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError:  # not the main thread (tests calling main in a thread)
         pass
     try:
-        rc = app(args=argv, standalone_mode=False)
-        if rc == 130:  # typer turns KeyboardInterrupt into this return value
+        code = app(args=argv, standalone_mode=False)  # a command's typer.Exit(n) comes back as n
+        if code == 130:  # typer turns KeyboardInterrupt into this return value
             raise KeyboardInterrupt
     except UserError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
@@ -309,7 +318,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if isinstance(err, click.exceptions.Abort):
             return 130
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def _terminate(signum, frame) -> None:
