@@ -27,7 +27,12 @@ class StartupProbe:
 
 
 class Echo:
-    """Returns at once: the far end of a bare actor call."""
+    """Returns at once: the far end of a bare actor call. Maps the object store up front, as
+    shards and large-gradient workers do (actors/shm.py), so transfers calibrate the same path."""
+
+    def __init__(self) -> None:
+        from actors.shm import premap_object_store
+        premap_object_store()
 
     def f(self, x: Any = None) -> int:
         return 0
@@ -53,6 +58,10 @@ def matmul_flops_per_s(n: int = 384, repeats: int = 10) -> float:
 
 class Probe:
     """Times calls from one actor to another (as a worker calls a shard)."""
+
+    def __init__(self) -> None:
+        from actors.shm import premap_object_store
+        premap_object_store()
 
     def latency_s(self, target: Any, repeats: int, pause_s: float = 0.0) -> list[float]:
         import ray

@@ -45,6 +45,8 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
+# The compute time of the single-worker runs that measure CPU per step.
+STEP_PAUSE_S = 0.02
 
 
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -191,6 +193,30 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
     }
 
 
+def _measure_step_cpu(quick: bool, progress: Progress) -> dict[str, float]:
+    """CPU per step of a real worker and a real shard, from single-worker runs of the testbed
+    itself (sleep compute between steps, as a worker computes): the CPU centre's demand.
+
+    Probes in a tight loop undercount it: a process that sleeps between calls pays again to
+    wake its threads, and the real actors also produce gradients and record events."""
+    from testbed.run import run_config
+    from testbed.spec import expand, parse_spec
+
+    steps = 15 if quick else 30
+    rows = []
+    for nbytes in (64 * 2**10, 2**20, 4 * 2**20):
+        progress(f"CPU per step of a worker and a shard ({nbytes // 1024} KiB gradients)")
+        cfg = expand(parse_spec({"name": "calibrate", "gradient_bytes": nbytes, "workload": {"steps": steps},
+                                 "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
+        cpu = run_config(cfg, 0, "calibrate").train_cpu_s
+        rows.append((nbytes, cpu["worker-0"] / steps, cpu["server-0"] / steps))
+    sizes = [r[0] for r in rows]
+    w0, w_slope = fit_line(sizes, [r[1] for r in rows])
+    s0, s_slope = fit_line(sizes, [r[2] for r in rows])
+    return {"worker_cpu_per_step_s": max(w0, rows[0][1] / 2), "worker_cpu_bytes_per_s": 1.0 / w_slope if w_slope > 0 else 0.0,
+            "server_cpu_per_step_s": max(s0, rows[0][2] / 2), "server_cpu_bytes_per_s": 1.0 / s_slope if s_slope > 0 else 0.0}
+
+
 def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
     """Measure the Ray-side figures on the Ray this process is connected to."""
     import ray
@@ -209,6 +235,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     for a in (probe, echo):
         ray.kill(a)
     from actors.probe import StartupProbe
+    step_cpu = _measure_step_cpu(quick, progress)
     setup = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                            progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
@@ -223,10 +250,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
             "object_store_call_s": calls["object_store_call_s"],
             "actor_call_latency_hot_s": calls["actor_call_latency_hot_s"],
             "server_copy_bytes_per_s": server["server_copy_bytes_per_s"],
-            "worker_cpu_per_step_s": server["worker_cpu_per_step_s"],
-            "worker_cpu_bytes_per_s": server["worker_cpu_bytes_per_s"],
-            "server_cpu_per_step_s": server["server_cpu_per_step_s"],
-            "server_cpu_bytes_per_s": server["server_cpu_bytes_per_s"],
+            **step_cpu,
             "gradient_fill_bytes_per_s": fill_bps,
             "actor_setup_s": (t1 - t0) / (k1 - k0),
         },
@@ -275,7 +299,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         except OSError as err:
             raise UserError(f"cannot create the data directory {target} ({err.strerror}); "
                             f"give a writable one with --data-dir") from None
-        size = (64 if quick else 256) * 2**20
+        size = (64 if quick else 512) * 2**20
         runtime_s = 0.5 if quick else 1.0
         # The model is fed what the testbed's own reader gets from the disk; fio measures the
         # same access pattern for reference (on some virtual disks fio's psync buffers are

@@ -143,14 +143,15 @@ class _ReaderMeasure:
         self.path, self.bypass = str(path), bypass
 
     def seq(self, jobs: int, block_bytes: int, region_bytes: int, runtime_s: float) -> float:
+        """Each of ``jobs`` readers reads its own region once, as a worker reads its data at init.
+
+        One pass, not a timed loop: re-reading a region at once is served faster than a first
+        read on some virtual disks (2.97 against 2.4 GiB/s here), which init never sees."""
         done = [0] * jobs
-        deadline = time.perf_counter() + runtime_s
 
         def reader(k: int) -> None:
             with DirectReader(block_bytes, self.bypass) as r:
-                plan = [(self.path, k * region_bytes, region_bytes)]
-                while time.perf_counter() < deadline:
-                    done[k] += r.read_plan(plan)
+                done[k] += r.read_plan([(self.path, k * region_bytes, region_bytes)])
 
         t0 = time.perf_counter()
         threads = [threading.Thread(target=reader, args=(k,)) for k in range(jobs)]
