@@ -228,7 +228,8 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         push_transfer_s=transfer, pull_transfer_s=transfer,
         push_service_s=profile.server_call_overhead_s + apply_s, apply_s=apply_s,
         pull_service_s=profile.server_call_overhead_s + (m / s) / copy_rate,
-        worker_cpu_s=_per_step_cpu(profile, "worker", m, 1),
+        # A worker calls every shard to push and to pull: its fixed CPU per step grows with S.
+        worker_cpu_s=_per_step_cpu(profile, "worker", m, s),
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=_extra(profile, "actor_setup_s"),
         worker_extra_s=m / fill_rate if fill_rate else 0.0,

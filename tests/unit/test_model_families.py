@@ -73,7 +73,9 @@ def test_updated_family_caps_the_server():
 
 
 def test_queueing_family_async_two_workers():
-    p = predict(config(workers=2), profile(), ModelFamily.QUEUEING)
+    # jittered compute (mean unchanged): the workers drift apart and MVA's random arrivals hold
+    jittered = {"seconds": 0.01, "jitter": {"distribution": "uniform", "cv": 0.2}}
+    p = predict(config(workers=2, compute=jittered), profile(), ModelFamily.QUEUEING)
     r2 = 4 * MS * (1 + 4 / 18)  # exact MVA, Z = 14 ms, D = 4 ms
     assert p.step_s == pytest.approx(14 * MS + r2)
     wait = (r2 - 4 * MS) / 2    # a push and a pull per step share the waiting
@@ -82,6 +84,17 @@ def test_queueing_family_async_two_workers():
     assert p.pull_s == pytest.approx(2 * MS + wait + 2 * MS)
     assert p.apply_s == pytest.approx(MS) and p.compute_s == pytest.approx(10 * MS)
     assert p.server_utilization == pytest.approx(2 / (14 * MS + r2) * 4 * MS)
+
+
+def test_queueing_family_async_lockstep_without_jitter():
+    # exactly equal compute: the two workers' pushes arrive together every step, so one waits
+    # a push service (2 ms) and its pull waits an apply (1 ms): (N - 1) / 2 of each on average
+    p = predict(config(workers=2), profile(), ModelFamily.QUEUEING)
+    assert p.step_s == pytest.approx(18 * MS + 0.5 * (2 * MS + MS))
+    assert p.queue_s == pytest.approx(0.5 * 2 * MS)
+    # far past saturation MVA's N D is longer than the burst's growth: it wins again
+    many = predict(config(workers=40), profile(), ModelFamily.QUEUEING)
+    assert many.step_s == pytest.approx(40 * 4 * MS, rel=0.01)
 
 
 def test_queueing_equals_initial_for_one_worker():
