@@ -43,6 +43,9 @@ def profile_cache_dir() -> Path:
     """Where profiles are cached: ``$TESTBED_CACHE_DIR/profiles``, by default under ~/.cache."""
     return Path(os.environ.get("TESTBED_CACHE_DIR", "~/.cache/ddnn-testbed")).expanduser() / "profiles"
 Progress = Callable[[str], None]
+# Bumped whenever what calibration measures changes, so that profiles cached by an older
+# procedure are measured again instead of reused.
+CALIBRATION_VERSION = 2
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 # The compute time of the single-worker runs that measure CPU per step.
@@ -75,7 +78,8 @@ def machine_identity(nodes: list[dict[str, Any]], data_dir: Optional[str]) -> di
                      "memory_gib": round(n["Resources"].get("memory", 0) / 2**30 / 4) * 4}
                     for n in nodes if n.get("Alive", True)), key=lambda d: (d["ip"], d["cpus"]))
     return {"host": socket.gethostname(), "cpu_model": _cpu_model(), "nodes": alive,
-            "data_dir": str(Path(data_dir).expanduser()) if data_dir else None}
+            "data_dir": str(Path(data_dir).expanduser()) if data_dir else None,
+            "calibration": CALIBRATION_VERSION}
 
 
 def identity_key(identity: dict[str, Any]) -> str:
