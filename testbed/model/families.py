@@ -114,7 +114,10 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     # work of the worker and the shards; with the CPU centre in, that part moves from the
     # delay to the centre, so N = 1 is unchanged.
     transfer_delay = max(0.0, t.transfer_s + t.worker_extra_s - rpc_cpu)
-    think = transfer_delay + (0.0 if t.compute_on_cpu else t.compute_s)
+    # CPU beyond the transfers' time is background work (Ray's threads, the shard's share)
+    # that runs while the worker computes: it comes out of the sleep, so N = 1 stays exact.
+    background = max(0.0, rpc_cpu - t.transfer_s - t.worker_extra_s)
+    think = transfer_delay + (0.0 if t.compute_on_cpu else max(0.0, t.compute_s - background))
     res = solve_mva(centres, think, int(n[-1]))
     x = res.throughput_per_s[1:]
     step = n / x
