@@ -30,3 +30,18 @@ def ray_local():
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def no_o_direct(monkeypatch):
+    """A file system that refuses O_DIRECT (EINVAL at open), as tmpfs and some others do."""
+    import errno
+
+    from testbed import diskio
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(diskio.os, "open", refusing_open)

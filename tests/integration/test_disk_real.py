@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import shutil
 from pathlib import Path
 
 import psutil
 import pytest
 
-from testbed import diskio
 from testbed.calibrate_disk import calibrate_disk, load_disk_profile
 from testbed.dataset import MEMORY_FS_TYPES, fs_type, prepare_dataset, write_random_file
 from testbed.diskio import DirectReader, init_read_plan
@@ -51,16 +48,9 @@ def test_o_direct_reads_reach_the_disk_every_time(disk_dir: Path) -> None:
     assert all(g >= 16 * MiB for g in _read_twice(str(path), 16 * MiB))
 
 
-def test_the_fadvise_fallback_reaches_the_disk_every_time(disk_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fadvise_fallback_reaches_the_disk_every_time(disk_dir: Path, no_o_direct) -> None:
     path = disk_dir / "twice.bin"
     write_random_file(path, 16 * MiB, seed=2)
-    real_open = os.open
-
-    def no_direct(p: str, flags: int, *args: int) -> int:
-        if flags & os.O_DIRECT:
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return real_open(p, flags, *args)
-    monkeypatch.setattr(diskio.os, "open", no_direct)
     assert all(g >= 16 * MiB for g in _read_twice(str(path), 16 * MiB))
 
 

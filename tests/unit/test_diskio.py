@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from testbed import diskio
 from testbed.dataset import MEMORY_FS_TYPES, fs_type, write_random_file
 from testbed.diskio import ALIGN_BYTES, DirectReader, StepReader, init_read_plan, plan_bytes
 
@@ -126,16 +123,8 @@ def test_reader_counts_only_what_exists_past_the_end(data_file: tuple[str, bytes
         assert reader.read_plan([(path, 296 * KiB, 64 * KiB)]) == len(content) - 296 * KiB
 
 
-def test_reader_falls_back_to_fadvise_when_o_direct_is_refused(data_file: tuple[str, bytes],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reader_falls_back_to_fadvise_when_o_direct_is_refused(data_file: tuple[str, bytes], no_o_direct) -> None:
     path, content = data_file
-    real_open = os.open
-
-    def no_direct(p: str, flags: int, *args: int) -> int:
-        if flags & os.O_DIRECT:
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return real_open(p, flags, *args)
-    monkeypatch.setattr(diskio.os, "open", no_direct)
     got: list[bytes] = []
     with DirectReader(64 * KiB) as reader:
         assert reader.read_plan([(path, 0, len(content))], sink=lambda v: got.append(bytes(v))) == len(content)
