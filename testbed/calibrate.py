@@ -7,7 +7,7 @@ Figures (docs/model.md says which term each feeds):
 - ``server_apply_bytes_per_s`` A: a shard's in-place apply, from its own apply events.
 - ``server_call_overhead_s`` o: the shard's CPU per call beyond the apply (and pull copy).
 - ``extra.server_copy_bytes_per_s`` C: the shard's parameter copy for a pull.
-- ``extra.worker_cpu_per_step_s``: a worker's own CPU per step (push and pull, no compute).
+- ``extra.worker_cpu_*``, ``extra.server_cpu_*``: CPU per step of a real worker and shard.
 - ``extra.actor_setup_s``: starting one more actor.
 - ``flops_per_s``: float32 matmul rate inside an actor; ``cores_per_node``.
 - ``disk``: the testbed's own direct reader in the data directory, and ``disk_reference``:
@@ -150,8 +150,8 @@ def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> di
 
 
 def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, Any]:
-    """A shard's apply bandwidth A, copy bandwidth C, per-call CPU overhead o, and a worker's
-    own CPU per step, from a worker-like push/pull loop against a real shard."""
+    """A shard's apply bandwidth A, copy bandwidth C and per-call CPU overhead o, from a
+    worker-like push/pull loop against a real shard (CPU per step: ``_measure_step_cpu``)."""
     import ray
 
     from actors.server import ServerActor
@@ -178,8 +178,6 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
     sizes = [r["bytes"] for r in rows]
     _, apply_slope = fit_line(sizes, [r["apply_s"] for r in rows])
     _, copy_slope = fit_line(sizes, [r["copy_s"] for r in rows])
-    worker_cpu0, worker_cpu_slope = fit_line(sizes, [r["cpu_per_step_s"] for r in rows])
-    server_cpu0, server_cpu_slope = fit_line(sizes, [r["server_cpu_per_step_s"] for r in rows])
     small = rows[0]
     # Two calls per step (a push and a pull); what the shard's CPU spends beyond the apply and
     # the copy is the per-call overhead.
@@ -188,11 +186,6 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
         "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else rows[-1]["bytes"] / rows[-1]["apply_s"],
         "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else rows[-1]["bytes"] / rows[-1]["copy_s"],
         "server_call_overhead_s": overhead_s,
-        # CPU per step = a fixed part + gradient bytes at a rate, for the worker and the shard.
-        "worker_cpu_per_step_s": max(worker_cpu0, 0.0) if worker_cpu0 > 0 else small["cpu_per_step_s"],
-        "worker_cpu_bytes_per_s": 1.0 / worker_cpu_slope if worker_cpu_slope > 0 else 0.0,
-        "server_cpu_per_step_s": max(server_cpu0, 0.0) if server_cpu0 > 0 else small["server_cpu_per_step_s"],
-        "server_cpu_bytes_per_s": 1.0 / server_cpu_slope if server_cpu_slope > 0 else 0.0,
         "rows": rows,
     }
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from testbed.errors import UserError
 
-__all__ = ["DiskProfile", "HardwareProfile", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile",
+__all__ = ["DiskProfile", "HardwareProfile", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile",
            "check_profile_machine"]
 
 PROFILE_SCHEMA_VERSION = 1
@@ -74,7 +74,7 @@ class HardwareProfile:
     disk_reference: Optional[DiskProfile] = None  # the same measurements by fio, for reference
     extra: dict[str, float] = dataclasses.field(default_factory=dict)  # further calibrated figures
     # Seconds to start k actors at once, for a few k: start-up is not linear in k (each new
-    # process slows the others), so setup is interpolated on this curve.
+    # process slows the others), so setup is interpolated on this curve (``interpolate_setup_s``).
     setup_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
@@ -93,20 +93,6 @@ class HardwareProfile:
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, DiskProfile(**getattr(self, name)))
 
-    def setup_s(self, actors: int) -> Optional[float]:
-        """Seconds to start ``actors`` actors: linear between the measured counts, extended
-        beyond them along the nearest segment's slope; None when not measured."""
-        points = sorted(self.setup_s_by_actors.items())
-        if not points:
-            return None
-        if len(points) == 1:
-            k, t = points[0]
-            return t * actors / k
-        for (k0, t0), (k1, t1) in zip(points, points[1:]):
-            if actors <= k1 or (k1, t1) == points[-1]:
-                return max(0.0, t0 + (t1 - t0) * (actors - k0) / (k1 - k0))
-        raise AssertionError("unreachable")
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -122,6 +108,21 @@ class HardwareProfile:
         if unknown:
             raise ValueError(f"unknown profile fields: {', '.join(sorted(unknown))}")
         return cls(**data)
+
+
+def interpolate_setup_s(points: Sequence[tuple[int, float]], actors: int) -> Optional[float]:
+    """Seconds to start ``actors`` actors on a measured (actors, seconds) curve: linear between
+    the measured counts, extended beyond them along the nearest segment; None without points."""
+    points = sorted(points)
+    if not points:
+        return None
+    if len(points) == 1:
+        k, t = points[0]
+        return t * actors / k
+    for (k0, t0), (k1, t1) in zip(points, points[1:]):
+        if actors <= k1 or (k1, t1) == points[-1]:
+            return max(0.0, t0 + (t1 - t0) * (actors - k0) / (k1 - k0))
+    raise AssertionError("unreachable")
 
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> Path:

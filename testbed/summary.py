@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from testbed.records import Phase, Role
+from testbed.spec import Workload
 
 __all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns"]
 
@@ -33,10 +34,7 @@ SUMMARY_COLUMNS = [
 def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
     """The knobs of a config (as dumped in the manifest) that the summary carries."""
     workload = cfg["workload"]
-    steps = workload.get("steps")
-    if steps is None:
-        samples = workload["epochs"] * workload["dataset_bytes"] / workload["sample_bytes"]
-        steps = max(1, int(np.ceil(samples / workload["minibatch"] / cfg["workers"])))
+    steps = Workload.model_validate(workload).steps_per_worker(cfg["workers"])
     return {
         "experiment": cfg.get("experiment", ""), "config_id": cfg["config_id"], "workers": cfg["workers"],
         "servers": cfg["servers"], "sync": cfg["sync"], "staleness": cfg["staleness"],

@@ -24,7 +24,7 @@ import math
 from typing import Any, Optional
 
 from testbed.errors import UserError
-from testbed.profile import DiskProfile, HardwareProfile
+from testbed.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
@@ -127,12 +127,7 @@ class StepTerms:
         else ``cores`` at a time, each taking setup_per_actor_s (0 when not modelled)."""
         actors = workers + self.servers
         if self.setup_points:
-            points = self.setup_points
-            if len(points) == 1:
-                return points[0][1] * actors / points[0][0]
-            for (k0, t0), (k1, t1) in zip(points, points[1:]):
-                if actors <= k1 or (k1, t1) == points[-1]:
-                    return max(0.0, t0 + (t1 - t0) * (actors - k0) / (k1 - k0))
+            return interpolate_setup_s(self.setup_points, actors)
         if self.setup_per_actor_s is None:
             return 0.0
         return self.setup_per_actor_s * math.ceil(actors / self.cores)

@@ -226,3 +226,15 @@ def test_sync_spin_workers_time_share_the_cores():
     # 8 x 10 ms of busy CPU on 2 cores take 40 ms; then t_push + t_pull + N D = 4 + 32 ms
     assert p.step_s == pytest.approx(76 * MS)
     assert p.compute_s == pytest.approx(40 * MS)
+
+
+def test_setup_follows_the_measured_start_up_curve():
+    from testbed.profile import interpolate_setup_s
+    points = [(2, 1.0), (8, 4.0), (16, 12.0)]
+    assert interpolate_setup_s(points, 2) == pytest.approx(1.0)
+    assert interpolate_setup_s(points, 5) == pytest.approx(2.5)    # between 2 and 8
+    assert interpolate_setup_s(points, 20) == pytest.approx(16.0)  # beyond: the last segment's slope
+    assert interpolate_setup_s([], 5) is None
+    # 4 workers + 1 shard = 5 actors on the curve
+    p = predict(config(workers=4), profile(setup_s_by_actors={2: 1.0, 8: 4.0, 16: 12.0}), ModelFamily.QUEUEING)
+    assert p.setup_modelled and p.setup_s == pytest.approx(2.5)
