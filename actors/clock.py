@@ -67,7 +67,7 @@ class StepClock:
 
 class ClockActor:
     """Thin Ray wrapper around ``StepClock``; made remote (threaded: one thread per waiting
-    worker) by ``testbed.run``."""
+    worker) by ``testbed.runner.run``."""
 
     def __init__(self, workers: int, staleness: int, timeout_s: float = 300.0) -> None:
         self.clock = StepClock(workers, staleness, timeout_s)

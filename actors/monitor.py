@@ -17,11 +17,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from testbed.records import RESOURCE_SCHEMA
+from testbed.records.events import DEFAULT_INTERVAL_S, RESOURCE_SCHEMA
 
 __all__ = ["RESOURCE_SCHEMA", "ResourceSampler", "MonitorActor", "DEFAULT_INTERVAL_S"]
-
-DEFAULT_INTERVAL_S = 0.2
 
 
 def _counters(source: Any) -> tuple[int, int, int, int]:

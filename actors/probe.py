@@ -127,7 +127,7 @@ class Probe:
 
     def fill_bytes_per_s(self, nbytes: int) -> float:
         """How fast a worker produces a gradient (``GradientSource.fill``: one multiply pass)."""
-        from testbed.emulate import GradientSource
+        from testbed.emulation.compute import GradientSource
         source = GradientSource(0, 0, nbytes // 4)
         source.fill(0)
         times = []

@@ -9,10 +9,10 @@ from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
-from testbed.dataset import DatasetInfo
-from testbed.diskio import DirectReader, StepReader, init_read_plan, plan_bytes
-from testbed.records import EventRecorder, Phase
-from testbed.spec import InitIO, RunConfig, StepReads
+from testbed.config.spec import InitIO, RunConfig, StepReads
+from testbed.data.dataset import DatasetInfo
+from testbed.data.diskio import DirectReader, StepReader, init_read_plan, plan_bytes
+from testbed.records.events import EventRecorder, Phase
 
 __all__ = ["GateClient", "RayGateClient", "WorkerInput"]
 

@@ -15,7 +15,7 @@ snapshot; it always finds the version exactly at the target, because no worker c
 push step k + 1 before its own pull of step k has returned. The shard does not
 need to know N: the target is the worker's.
 
-Faults (``testbed.faults``). Every ``checkpoint_every`` updates the shard hands its state
+Faults (``testbed.config.faults``). Every ``checkpoint_every`` updates the shard hands its state
 (parameters, version, per-worker counts) to its ``checkpoint`` hook, timed as
 ``checkpoint``; the actor writes it to the run folder (``actors.state``). A ``kill_server``
 fault calls the ``crash`` hook when a push arrives after the given number of updates; the
@@ -36,9 +36,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from actors.state import checkpoint_path, crash_path, load_state, save_state
-from testbed.emulate import initial_parameters
-from testbed.faults import ShardFaults
-from testbed.records import EventRecorder, Phase
+from testbed.config.faults import ShardFaults
+from testbed.emulation.compute import initial_parameters
+from testbed.records.events import EventRecorder, Phase
 
 __all__ = ["ParameterServer", "ServerActor"]
 
@@ -195,7 +195,7 @@ class ParameterServer:
 
 
 class ServerActor:
-    """Thin Ray wrapper around ``ParameterServer``; made remote (threaded) by ``testbed.run``."""
+    """Thin Ray wrapper around ``ParameterServer``; made remote (threaded) by ``testbed.runner.run``."""
 
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
                  run_id: str, config_id: str, repeat: int, apply_extra_s: float = 0.0,

@@ -13,7 +13,7 @@ by consistency mode (docs/consistency.md):
   while it is more than ``staleness`` steps ahead of the slowest (timed as ``barrier``,
   including the clock call); then pulls as in ``async``.
 
-Faults (``testbed.faults``): a straggler's compute is stretched by its factor; a worker
+Faults (``testbed.config.faults``): a straggler's compute is stretched by its factor; a worker
 with a ``kill_worker`` fault calls its ``crash`` hook before the step, which in the actor
 saves its events and position (``actors.state``) and exits the process. Ray restarts the
 actor and retries the driver's ``train`` call; the new process puts the saved events back,
@@ -32,10 +32,10 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from actors.state import crash_path, load_state, save_state
-from testbed.emulate import ComputeEmulator, ComputePlan, GradientSource
-from testbed.faults import WorkerFaults, worker_faults
-from testbed.records import EventRecorder, Phase, Role
-from testbed.spec import RunConfig, SyncMode
+from testbed.config.faults import WorkerFaults, worker_faults
+from testbed.config.spec import RunConfig, SyncMode
+from testbed.emulation.compute import ComputeEmulator, ComputePlan, GradientSource
+from testbed.records.events import EventRecorder, Phase, Role
 
 __all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker",
            "WorkerActor", "node_identity"]
@@ -210,7 +210,7 @@ def node_identity() -> dict[str, Any]:
 
 
 class WorkerActor:
-    """Thin Ray wrapper around ``Worker``; made remote by ``testbed.run``."""
+    """Thin Ray wrapper around ``Worker``; made remote by ``testbed.runner.run``."""
 
     def __init__(self, cfg: RunConfig, index: int, server_handles: list, run_id: str, repeat: int,
                  dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None,

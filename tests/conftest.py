@@ -37,7 +37,7 @@ def no_o_direct(monkeypatch):
     """A file system that refuses O_DIRECT (EINVAL at open), as tmpfs and some others do."""
     import errno
 
-    from testbed import diskio
+    from testbed.data import diskio
     real_open = os.open
 
     def refusing_open(path, flags, *args):

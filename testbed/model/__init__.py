@@ -1,6 +1,6 @@
 """The analytic performance model: a run config and a hardware profile in, a prediction out.
 
-Pure: numpy and the standard library (plus ``testbed.profile`` and ``testbed.errors``,
+Pure: numpy and the standard library (plus ``testbed.model.profile`` and ``testbed.config.errors``,
 which are pure too); importing it never imports Ray or pydantic. docs/model.md states
 every symbol, equation and assumption.
 

@@ -56,7 +56,7 @@ def expected_max_factor(distribution: str, cv: float, workers: np.ndarray | int)
         a = min(cv * math.sqrt(3.0), 1.0)
         return 1.0 - a + 2.0 * a * n / (n + 1.0)
     if distribution == "exponential":
-        # f = max(0, 1 + cv (E - 1)), E ~ Exp(1) (testbed.emulate); E[max of n E] = H_n.
+        # f = max(0, 1 + cv (E - 1)), E ~ Exp(1) (testbed.emulation.compute); E[max of n E] = H_n.
         # Exact while cv <= 1 (f is never clipped); above, the clip at 0 is ignored.
         harmonic = np.cumsum(1.0 / np.arange(1, int(n.max()) + 1))
         return 1.0 + cv * (harmonic[n.astype(int) - 1] - 1.0)

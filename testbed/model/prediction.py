@@ -16,9 +16,9 @@ import numpy as np
 
 from testbed.model.families import SATURATED, Bound, ModelFamily, scaling_curve
 from testbed.model.knee import marginal_knee
+from testbed.model.profile import HardwareProfile
 from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
 from testbed.model.terms import StepTerms, init_seconds, step_terms, steps_per_worker
-from testbed.profile import HardwareProfile
 
 __all__ = ["Prediction", "PHASES", "predict", "predict_all", "MAX_SEARCH_WORKERS"]
 

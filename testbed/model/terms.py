@@ -23,8 +23,8 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from testbed.errors import UserError
-from testbed.profile import DiskProfile, HardwareProfile, interpolate_setup_s
+from testbed.config.errors import UserError
+from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "EXTRA_KEYS",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.profile import HardwareProfile, save_profile
-from testbed.rundir import RunFolder
-from testbed.spec import expand, parse_spec
+from testbed.config.spec import expand, parse_spec
+from testbed.model.profile import HardwareProfile, save_profile
+from testbed.records.rundir import RunFolder
 
 pytestmark = pytest.mark.integration
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.errors import UserError
-from testbed.nodes import alive_nodes, prepare_on_nodes
-from testbed.report import write_report
-from testbed.rundir import RUN_FOLDER_ENTRIES, RunFolder
-from testbed.run import run_config, run_experiment
-from testbed.spec import expand, load_spec, parse_spec
+from testbed.config.errors import UserError
+from testbed.config.spec import expand, load_spec, parse_spec
+from testbed.records.rundir import RUN_FOLDER_ENTRIES, RunFolder
+from testbed.report.sections import write_report
+from testbed.runner.nodes import alive_nodes, prepare_on_nodes
+from testbed.runner.run import run_config, run_experiment
 
 pytestmark = pytest.mark.integration
 

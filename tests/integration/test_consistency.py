@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.emulate import GradientSource, initial_parameters
-from testbed.run import _get_fail_fast, run_config
-from testbed.spec import expand, parse_spec
+from testbed.config.spec import expand, parse_spec
+from testbed.emulation.compute import GradientSource, initial_parameters
+from testbed.runner.run import _get_fail_fast, run_config
 
 pytestmark = pytest.mark.integration
 

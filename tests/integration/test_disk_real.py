@@ -9,11 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed.calibrate_disk import calibrate_disk, load_disk_profile
-from testbed.dataset import MEMORY_FS_TYPES, fs_type, prepare_dataset, write_random_file
-from testbed.diskio import DirectReader, init_read_plan
-from testbed.fio import FioJob, FioNotFound, run_job
-from testbed.spec import Data
+from testbed.calibration.disk import calibrate_disk, load_disk_profile
+from testbed.config.spec import Data
+from testbed.data.dataset import MEMORY_FS_TYPES, fs_type, prepare_dataset, write_random_file
+from testbed.data.diskio import DirectReader, init_read_plan
+from testbed.data.fio import FioJob, FioNotFound, run_job
 
 pytestmark = pytest.mark.integration
 MiB = 2**20
@@ -111,7 +111,7 @@ def test_calibration_with_fio(disk_dir: Path, fio_path: str) -> None:
 def test_calibration_falls_back_to_the_reader_without_fio(disk_dir: Path, monkeypatch: pytest.MonkeyPatch,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("PATH", str(disk_dir / "empty"))  # fio is not on this PATH
-    with caplog.at_level(logging.WARNING, logger="testbed.calibrate_disk"):
+    with caplog.at_level(logging.WARNING, logger="testbed.calibration.disk"):
         profile = calibrate_disk(disk_dir, max_jobs=2, file_bytes=8 * MiB, runtime_s=0.2)
     assert profile.source == "testbed-reader"
     assert sorted(profile.seq_read_bytes_per_s) == [1, 2] and profile.rand_read_iops[4096] > 0

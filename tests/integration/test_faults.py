@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
-from testbed.faults import lost_updates_expected
-from testbed.run import run_config, run_experiment
-from testbed.rundir import RunFolder
-from testbed.spec import expand, parse_spec
+from testbed.config.faults import lost_updates_expected
+from testbed.config.spec import expand, parse_spec
+from testbed.records.rundir import RunFolder
+from testbed.runner.run import run_config, run_experiment
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from actors.gate import GateTimeout, IOGate, remote_gate
-from testbed.dataset import MEMORY_FS_TYPES, fs_type, prepare_dataset
-from testbed.diskio import DirectReader, init_read_plan
-from testbed.records import EventRecorder, Phase, TimingEvent, columns_to_events, events_to_columns
-from testbed.spec import Data
+from testbed.config.spec import Data
+from testbed.data.dataset import MEMORY_FS_TYPES, fs_type, prepare_dataset
+from testbed.data.diskio import DirectReader, init_read_plan
+from testbed.records.events import EventRecorder, Phase, TimingEvent, columns_to_events, events_to_columns
 
 pytestmark = pytest.mark.integration
 MiB = 2**20

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from testbed.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_S = 120
@@ -42,8 +42,8 @@ def plausible_profile() -> HardwareProfile:
 def make_runs(root: Path) -> dict[str, Path]:
     """One small real run folder per reproduction experiment under ``root``, each with a
     profile and its report (summary.csv with the prediction columns); Ray must be up."""
-    from testbed.spec import parse_spec
-    from testbed.validate import validate
+    from testbed.cli.validate import validate
+    from testbed.config.spec import parse_spec
 
     profile = save_profile(plausible_profile(), root / "profile.json")
     folders = {}
@@ -89,7 +89,7 @@ def runs(ray_local, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture
 def kernel_env(monkeypatch):
     """No run named by the environment unless a test names one (the kernel inherits it)."""
-    from testbed.analysis import PAPER_EXPERIMENTS, RUN_ENV
+    from testbed.analysis.notebook import PAPER_EXPERIMENTS, RUN_ENV
     for var in (RUN_ENV, *PAPER_EXPERIMENTS.values()):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
@@ -97,7 +97,7 @@ def kernel_env(monkeypatch):
 
 @pytest.mark.integration
 def test_analysis_notebook_runs_on_a_named_run_folder(runs, kernel_env):
-    from testbed.analysis import load_run
+    from testbed.analysis.notebook import load_run
     folder = runs["paper_cntk"]
     run = load_run(folder)
     assert run.comparison is not None and run.has_staleness and run.has_resources

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from testbed.rundir import RunFolder
+from testbed.records.rundir import RunFolder
 
 pytestmark = pytest.mark.integration
 

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from testbed.errors import UserError
-from testbed.run import run_config, run_experiment
-from testbed.spec import expand, parse_spec
+from testbed.config.errors import UserError
+from testbed.config.spec import expand, parse_spec
+from testbed.runner.run import run_config, run_experiment
 
 pytestmark = pytest.mark.integration
 

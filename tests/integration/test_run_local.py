@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from testbed.emulate import GradientSource, initial_parameters
-from testbed.rundir import RUN_FOLDER_ENTRIES, RunFolder
-from testbed.run import run_config, run_experiment
-from testbed.spec import expand, parse_spec
-from testbed.summary import SUMMARY_COLUMNS
+from testbed.config.spec import expand, parse_spec
+from testbed.emulation.compute import GradientSource, initial_parameters
+from testbed.records.rundir import RUN_FOLDER_ENTRIES, RunFolder
+from testbed.records.summary import SUMMARY_COLUMNS
+from testbed.runner.run import run_config, run_experiment
 
 pytestmark = pytest.mark.integration
 

@@ -5,13 +5,13 @@ import os
 import pandas as pd
 import pytest
 
-from testbed.calibrate import calibrate
-from testbed.compare import COMPARED_PHASES, MODELS
-from testbed.report import write_report
-from testbed.rundir import RunFolder
-from testbed.spec import parse_spec
-from testbed.validate import validate
-from testbed.validation import PLOTS
+from testbed.analysis.compare import COMPARED_PHASES, MODELS
+from testbed.calibration.calibrate import calibrate
+from testbed.cli.validate import validate
+from testbed.config.spec import parse_spec
+from testbed.records.rundir import RunFolder
+from testbed.report.comparison import PLOTS
+from testbed.report.sections import write_report
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Helpers shared by the unit tests that drive the actors' plain classes."""
 
-from testbed.records import EventRecorder
-from testbed.spec import expand, parse_spec
+from testbed.config.spec import expand, parse_spec
+from testbed.records.events import EventRecorder
 
 
 def config(**fields):

@@ -6,8 +6,8 @@ from plain import config, rec
 
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
-from testbed.emulate import ComputePlan, GradientSource, initial_parameters, matmul_size
-from testbed.spec import Compute
+from testbed.config.spec import Compute
+from testbed.emulation.compute import ComputePlan, GradientSource, initial_parameters, matmul_size
 
 
 def build(cfg, sleeps=None):

@@ -1,4 +1,4 @@
-"""testbed.analysis on run folders built by hand (events with chosen durations): no Ray."""
+"""testbed.analysis.notebook on run folders built by hand (events with chosen durations): no Ray."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import json
 import pytest
 
 from testbed import analysis
-from testbed.findings import ServerSaturation, _knee_shift
-from testbed.errors import UserError
-from testbed.profile import DiskProfile, HardwareProfile, save_profile
-from testbed.records import EVENT_SCHEMA, RESOURCE_SCHEMA
-from testbed.rundir import RunFolder
-from testbed.spec import expand, parse_spec
+from testbed.analysis.findings import ServerSaturation, _knee_shift
+from testbed.config.errors import UserError
+from testbed.config.spec import expand, parse_spec
+from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
+from testbed.records.rundir import RunFolder
+from testbed.report import plots
 
 STEPS = 10
 S = 10**9  # ns
@@ -101,7 +102,7 @@ def test_load_run_without_profile_is_the_measurements_alone(tmp_path):
     assert run.comparison is None and run.curves is None
     assert run.compared is run.summary
     assert list(run.summary["group"]) == ["all"] * 3 and list(run.summary["workers"]) == [1, 2, 4]
-    assert run.has_staleness and not run.has_resources and analysis.utilisation_png(run) is None
+    assert run.has_staleness and not run.has_resources and plots.utilisation_png(run) is None
     assert list(run.summary["steps_per_s"]) == pytest.approx([10.0, 20.0, 20.0])
 
 
@@ -111,7 +112,7 @@ def test_load_run_with_profile_compares_every_family(tmp_path):
     assert {"init_s_pred_queueing", "init_err_updated"} <= set(run.compared.columns)
     assert set(run.curves["model"]) == {"initial", "updated", "queueing"}
     assert run.summary.columns[0] == "group" and "init_s_pred_queueing" not in run.summary
-    assert analysis.utilisation_png(run)[:4] == b"\x89PNG"
+    assert plots.utilisation_png(run)[:4] == b"\x89PNG"
     assert not (run.path / "utilisation.png").exists()  # drawn elsewhere: notebooks only read
 
 
@@ -121,11 +122,12 @@ def test_tables_and_pictures(tmp_path):
     assert table["experiment"] == "exp" and table["configs x repeats"] == "3 x 1" and table["finished"] == 3
     shown = analysis.summary_table(run)
     assert "init_s" in shown and "read_mean_s" not in shown  # a phase never measured is left out
-    import matplotlib.pyplot as plt
-    fig = plt.figure()
-    assert analysis.figure_png(fig)[:4] == b"\x89PNG"
-    assert not plt.get_fignums()  # closed
-    assert analysis.show(b"\x89PNG-ish").data == b"\x89PNG-ish"
+    import matplotlib
+    from matplotlib.figure import Figure
+    backend = matplotlib.get_backend()
+    assert plots.figure_png(Figure())[:4] == b"\x89PNG"
+    assert matplotlib.get_backend() == backend  # the plots never switch a notebook's backend
+    assert plots.show(b"\x89PNG-ish").data == b"\x89PNG-ish"
 
 
 def test_combine_runs_relabels_groups(tmp_path):
@@ -196,6 +198,6 @@ def test_finding_numbers_needs_every_experiment_and_compares_the_fixes(tmp_path)
 def test_the_module_imports_no_ray():
     import subprocess
     import sys
-    code = "import sys, testbed.analysis; print(json.dumps('ray' in sys.modules))"
+    code = "import sys, testbed.analysis.notebook; print(json.dumps('ray' in sys.modules))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) is False

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from benchmarks import event_recording
-from benchmarks.__main__ import FIGURES, main
-from benchmarks.common import SCHEMA_VERSION, Check, Figure, format_table, read_results, write_results
-from benchmarks.scale import largest_passing
+from testbed.bench import event_recording
+from testbed.bench.__main__ import FIGURES, main
+from testbed.bench.common import SCHEMA_VERSION, Check, Figure, format_table, read_results, write_results
+from testbed.bench.scale import largest_passing
 
 
 def _figure(name: str, value: float) -> Figure:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from testbed.calibrate import fit_line, identity_key, machine_identity, reusable_profile
-from testbed.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.calibration.calibrate import fit_line, identity_key, machine_identity, reusable_profile
+from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
 
 NODES = [{"NodeManagerAddress": "10.0.0.2", "Alive": True, "Resources": {"CPU": 8.0, "memory": 30 * 2**30}},
          {"NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {"CPU": 4.0, "memory": 14 * 2**30}},

@@ -10,9 +10,9 @@ from plain import config, rec
 from actors.clock import StepClock
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
-from testbed.emulate import GradientSource, initial_parameters
-from testbed.errors import UserError
-from testbed.spec import parse_spec
+from testbed.config.errors import UserError
+from testbed.config.spec import parse_spec
+from testbed.emulation.compute import GradientSource, initial_parameters
 
 
 def shards_for(cfg, timeout_s=10.0):

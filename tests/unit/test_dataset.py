@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from testbed import dataset
-from testbed.dataset import (MEMORY_FS_TYPES, check_cache_bypass, dataset_dir, file_sizes, fs_type,
-                             mount_fs_type, prepare_dataset)
-from testbed.diskio import DirectReader
-from testbed.errors import UserError
-from testbed.spec import Data
+from testbed.config.errors import UserError
+from testbed.config.spec import Data
+from testbed.data import dataset
+from testbed.data.dataset import (
+    MEMORY_FS_TYPES,
+    check_cache_bypass,
+    dataset_dir,
+    file_sizes,
+    fs_type,
+    mount_fs_type,
+    prepare_dataset,
+)
+from testbed.data.diskio import DirectReader
 
 KiB, MiB = 1024, 2**20
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.dataset import MEMORY_FS_TYPES, fs_type, write_random_file
-from testbed.diskio import ALIGN_BYTES, DirectReader, StepReader, init_read_plan, plan_bytes
+from testbed.data.dataset import MEMORY_FS_TYPES, fs_type, write_random_file
+from testbed.data.diskio import ALIGN_BYTES, DirectReader, StepReader, init_read_plan, plan_bytes
 
 KiB, MiB = 1024, 2**20
 FILES = [("a", 4 * MiB), ("b", 4 * MiB), ("c", 2 * MiB)]  # 10 MiB, last file shorter

@@ -6,11 +6,11 @@ import pytest
 
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
-from testbed.emulate import GradientSource, initial_parameters
-from testbed.errors import UserError
-from testbed.faults import ShardFaults, lost_updates_expected, shard_faults, worker_faults
-from testbed.records import EventRecorder
-from testbed.spec import expand, parse_spec
+from testbed.config.errors import UserError
+from testbed.config.faults import ShardFaults, lost_updates_expected, shard_faults, worker_faults
+from testbed.config.spec import expand, parse_spec
+from testbed.emulation.compute import GradientSource, initial_parameters
+from testbed.records.events import EventRecorder
 
 
 def config(**fields):
@@ -163,8 +163,8 @@ def test_a_retried_push_the_shard_holds_is_not_applied_twice():
 
 def test_recorder_export_restore_round_trip():
     a = rec("worker-0", "worker")
-    a.record(__import__("testbed.records", fromlist=["Phase"]).Phase.COMPUTE, 0, 10, 5)
+    a.record(__import__("testbed.records.events", fromlist=["Phase"]).Phase.COMPUTE, 0, 10, 5)
     b = rec("worker-0", "worker")
-    b.record(__import__("testbed.records", fromlist=["Phase"]).Phase.PUSH, 1, 20, 5)
+    b.record(__import__("testbed.records.events", fromlist=["Phase"]).Phase.PUSH, 1, 20, 5)
     b.restore(a.export())
     assert [(e.phase, e.step) for e in b.events()] == [("compute", 0), ("push", 1)]

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
-from testbed.fio import (FioError, FioJob, FioNotFound, build_command, find_fio, parse_fio_json, run_fio,
-                         run_job)
+from testbed.config.errors import UserError
+from testbed.data.fio import FioError, FioJob, FioNotFound, build_command, find_fio, parse_fio_json, run_fio, run_job
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "fio"
 MiB = 2**20

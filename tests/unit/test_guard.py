@@ -1,8 +1,8 @@
 import pytest
 
-from testbed.errors import UserError
-from testbed.guard import check_memory, config_memory_bytes
-from testbed.spec import expand, parse_spec
+from testbed.config.errors import UserError
+from testbed.config.spec import expand, parse_spec
+from testbed.runner.guard import check_memory, config_memory_bytes
 
 
 def test_refuses_a_gradient_too_large_for_memory_with_numbers():

@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from testbed.errors import UserError
+from testbed.config.errors import UserError
+from testbed.config.spec import ConfigFields
 from testbed.model import Bound, ModelFamily, init_seconds, predict, predict_all, step_terms
-from testbed.profile import DiskProfile, HardwareProfile
-from testbed.spec import ConfigFields
+from testbed.model.profile import DiskProfile, HardwareProfile
 
 MS = 1e-3
 
@@ -229,7 +229,7 @@ def test_sync_spin_workers_time_share_the_cores():
 
 
 def test_setup_follows_the_measured_start_up_curve():
-    from testbed.profile import interpolate_setup_s
+    from testbed.model.profile import interpolate_setup_s
     points = [(2, 1.0), (8, 4.0), (16, 12.0)]
     assert interpolate_setup_s(points, 2) == pytest.approx(1.0)
     assert interpolate_setup_s(points, 5) == pytest.approx(2.5)    # between 2 and 8

@@ -2,10 +2,10 @@
 
 import pytest
 
+from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict
+from testbed.model.profile import HardwareProfile
 from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
-from testbed.profile import HardwareProfile
-from testbed.spec import ConfigFields
 
 MS = 1e-3
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from actors.monitor import ResourceSampler
-from testbed.records import RESOURCE_SCHEMA
+from testbed.records.events import RESOURCE_SCHEMA
 
 
 class FakePsutil:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from testbed.cluster import runtime_env
-from testbed.errors import UserError
-from testbed.placement import cpu_per_actor, plan_placement
-from testbed.spec import Placement
+from testbed.config.errors import UserError
+from testbed.config.spec import Placement
+from testbed.runner.cluster import runtime_env
+from testbed.runner.placement import cpu_per_actor, plan_placement
 
 
 def plan(strategy, servers, workers, nodes, own=False, cpus=1.0):

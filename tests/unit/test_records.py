@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from testbed.records import EventRecorder, Phase, TimingEvent, columns_to_events, events_to_columns
+from testbed.records.events import EventRecorder, Phase, TimingEvent, columns_to_events, events_to_columns
 
 
 class FakeClock:

@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-from testbed.deadlines import deadline_from_prediction
-from testbed.errors import UserError
-from testbed.guard import check_disk, check_object_store, object_store_bytes_needed
-from testbed.run import missing_runs
-from testbed.spec import DEADLINE_SLACK_S, expand, parse_spec, spec_diff, with_reliability_defaults
-from testbed.summary import summarize
+from testbed.config.errors import UserError
+from testbed.config.spec import DEADLINE_SLACK_S, expand, parse_spec, spec_diff, with_reliability_defaults
+from testbed.records.summary import summarize
+from testbed.runner.deadlines import deadline_from_prediction
+from testbed.runner.guard import check_disk, check_object_store, object_store_bytes_needed
+from testbed.runner.run import missing_runs
 
 
 def spec(**fields):

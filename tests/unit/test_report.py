@@ -4,10 +4,10 @@ import json
 
 import pandas as pd
 
-from testbed.records import EVENT_SCHEMA, RESOURCE_SCHEMA
-from testbed.report import clock_section, markdown_table, max_clock_offset_ns, write_report
-from testbed.rundir import RunFolder
-from testbed.spec import expand, parse_spec
+from testbed.config.spec import expand, parse_spec
+from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
+from testbed.records.rundir import RunFolder
+from testbed.report.sections import clock_section, markdown_table, max_clock_offset_ns, write_report
 
 
 def build_folder(path, with_monitor=True):

@@ -2,8 +2,8 @@ import textwrap
 
 import pytest
 
-from testbed.errors import UserError
-from testbed.spec import ComputeMode, expand, load_spec, parse_spec
+from testbed.config.errors import UserError
+from testbed.config.spec import ComputeMode, expand, load_spec, parse_spec
 
 BASE = {"name": "t", "workload": {"steps": 10}}
 

@@ -4,8 +4,8 @@ import json
 
 import pandas as pd
 
-from testbed.records import EVENT_SCHEMA
-from testbed.trace import chrome_trace
+from testbed.records.events import EVENT_SCHEMA
+from testbed.records.trace import chrome_trace
 
 
 def events(rows):

@@ -1,6 +1,6 @@
 import pytest
 
-from testbed.units import format_bytes, format_seconds, parse_bytes, parse_seconds
+from testbed.config.units import format_bytes, format_seconds, parse_bytes, parse_seconds
 
 
 @pytest.mark.parametrize("text,expected", [

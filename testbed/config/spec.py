@@ -1,0 +1,434 @@
+"""Experiment specs: load a YAML file, validate it, expand its sweep into run configs.
+
+Pure: pydantic, PyYAML and the standard library; no Ray, no file system beyond
+reading the file handed in. Every choice is a string enum, every size accepts
+units (``64KiB``), every duration too (``50ms``). Unknown fields and impossible
+values raise ``UserError`` naming the field, the value and what is allowed.
+
+An ``ExperimentSpec`` holds the knobs of one run config plus ``name``,
+``repeats`` and ``sweep``; ``expand(spec)`` returns one validated ``RunConfig``
+per point of the Cartesian product of the sweep lists, each with a stable id.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from testbed.config.errors import UserError
+from testbed.config.faults import Fault, check_faults
+from testbed.config.units import parse_bytes, parse_seconds
+
+__all__ = [
+    "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
+    "Jitter", "Compute", "Workload", "Data", "Placement", "ConfigFields", "ExperimentSpec", "RunConfig",
+    "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
+    "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults",
+]
+
+DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
+
+# How long a worker may wait at a barrier (sync, ssp) when the config sets no deadline:
+# long enough for any laptop-sized step, short enough that a lost worker ends the run.
+DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
+# Added to margin x predicted time for a config's default deadline: actor start-up, restarts.
+DEADLINE_SLACK_S = 60.0
+
+# Reliability fields left out of a config's id while they hold their defaults, so configs
+# without faults keep the ids they had before these fields existed.
+_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0}
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+
+
+class ComputeMode(str, enum.Enum):
+    """How a worker spends its compute time per step."""
+    SLEEP = "sleep"    # exact duration, no CPU: an accelerator doing the work
+    SPIN = "spin"      # busy CPU for the duration
+    MATMUL = "matmul"  # real FLOPs through numpy; duration depends on the hardware
+
+
+class SyncMode(str, enum.Enum):
+    """How workers are kept consistent (docs/consistency.md has the semantics and the bounds)."""
+    ASYNC = "async"  # asynchronous SGD, as the reference study's system ran it
+    SYNC = "sync"    # bulk-synchronous: a barrier per step
+    SSP = "ssp"      # stale-synchronous: at most `staleness` steps ahead of the slowest
+
+
+class InitIO(str, enum.Enum):
+    PARALLEL = "parallel"      # all workers read at once
+    SEQUENTIAL = "sequential"  # one worker after another, enforced by the I/O gate
+
+
+class Partition(str, enum.Enum):
+    SHARD = "shard"  # each worker reads D / N bytes
+    FULL = "full"    # each worker reads all D bytes (CNTK's reader)
+
+
+class StepReads(str, enum.Enum):
+    NONE = "none"
+    SEQUENTIAL = "sequential"
+    RANDOM = "random"
+
+
+class JitterDist(str, enum.Enum):
+    NONE = "none"
+    UNIFORM = "uniform"
+    NORMAL = "normal"
+    LOGNORMAL = "lognormal"
+    EXPONENTIAL = "exponential"
+
+
+class PlacementStrategy(str, enum.Enum):
+    PACK = "pack"
+    SPREAD = "spread"
+    STRICT_SPREAD = "strict_spread"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class Jitter(_Strict):
+    """Multiplicative noise on each step's compute time, drawn from the worker's seeded generator.
+
+    ``cv`` is the coefficient of variation (standard deviation over mean); the mean stays 1.
+    """
+    distribution: JitterDist = JitterDist.NONE
+    cv: float = Field(0.0, ge=0.0, le=5.0)
+
+
+class Compute(_Strict):
+    mode: ComputeMode = ComputeMode.SLEEP
+    seconds: Seconds = Field(0.01, ge=0.0, le=3600.0, description="per-step compute time (sleep, spin)")
+    flops: float = Field(0.0, ge=0.0, description="per-step floating-point operations (matmul)")
+    jitter: Jitter = Jitter()
+
+    @model_validator(mode="after")
+    def _mode_needs_its_amount(self) -> "Compute":
+        if self.mode is ComputeMode.MATMUL and self.flops <= 0:
+            raise ValueError("compute.mode 'matmul' needs compute.flops > 0 (e.g. flops: 2e8)")
+        return self
+
+
+class Workload(_Strict):
+    """How much work a worker does.
+
+    Weak scaling: ``steps`` per worker, whatever the worker count. Strong scaling:
+    ``epochs`` over a data set of ``dataset_bytes``, split over the workers, so a
+    worker runs ceil(epochs * dataset_bytes / (minibatch * sample_bytes) / workers) steps.
+    """
+    steps: Optional[int] = Field(None, ge=1, le=10_000_000)
+    epochs: Optional[float] = Field(None, gt=0.0, le=10_000.0)
+    dataset_bytes: Bytes = Field(0, ge=0, le=2**50)
+    sample_bytes: Bytes = Field(4096, ge=1, le=2**34)
+    minibatch: int = Field(32, ge=1, le=10_000_000)
+
+    @model_validator(mode="after")
+    def _one_of_steps_or_epochs(self) -> "Workload":
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of workload.steps (weak scaling) or workload.epochs (strong scaling)")
+        if self.epochs is not None and self.dataset_bytes <= 0:
+            raise ValueError("workload.epochs needs workload.dataset_bytes > 0")
+        return self
+
+    def steps_per_worker(self, workers: int) -> int:
+        if self.steps is not None:
+            return self.steps
+        samples = self.epochs * self.dataset_bytes / self.sample_bytes
+        return max(1, math.ceil(samples / self.minibatch / workers))
+
+
+class Data(_Strict):
+    """The synthetic data set that workers read (nothing is read when ``workload.dataset_bytes`` is 0)."""
+    dir: str = DEFAULT_DATA_DIR
+    file_bytes: Bytes = Field(16 * 2**20, ge=4096, le=2**40)
+    block_bytes: Bytes = Field(2**20, ge=4096, le=2**30)
+    init_io: InitIO = InitIO.PARALLEL
+    partition: Partition = Partition.SHARD
+    step_reads: StepReads = StepReads.NONE
+    allow_cached: bool = False
+    shared: bool = False
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Data":
+        if self.block_bytes % 4096:
+            raise ValueError(f"data.block_bytes must be a multiple of 4096 (direct I/O), got {self.block_bytes}")
+        return self
+
+
+class Placement(_Strict):
+    strategy: PlacementStrategy = PlacementStrategy.PACK
+    servers_own_node: bool = False
+
+
+class ConfigFields(_Strict):
+    """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    workers: int = Field(1, ge=1, le=4096)
+    servers: int = Field(1, ge=1, le=256)
+    sync: SyncMode = SyncMode.ASYNC
+    staleness: int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
+    pull_every: int = Field(1, ge=1, le=10_000_000)
+    learning_rate: float = Field(0.01, gt=0.0, le=1e6)
+    apply_seconds: Seconds = Field(0.0, ge=0.0, le=3600.0,
+                                   description="emulated extra service time of one update of the whole model")
+    gradient_bytes: Bytes = Field(64 * 1024, ge=4, le=2**40)
+    workload: Workload = Workload(steps=20)
+    compute: Compute = Compute()
+    data: Data = Data()
+    placement: Placement = Placement()
+    deadline_s: Optional[Seconds] = Field(None, gt=0.0, le=30 * 86400.0)
+    deadline_margin: float = Field(10.0, ge=1.0, le=1000.0,
+                                   description="default deadline: this x the queueing model's time + 60 s")
+    faults: list[Fault] = Field(default_factory=list)
+    checkpoint_every: int = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
+    restarts: int = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> "ConfigFields":
+        check_faults(self)
+        return self
+
+    @model_validator(mode="after")
+    def _gradient_fits_shards(self) -> "ConfigFields":
+        if self.gradient_bytes % 4:
+            raise ValueError(f"gradient_bytes must be a multiple of 4 (float32), got {self.gradient_bytes}")
+        if self.gradient_bytes // 4 < self.servers:
+            raise ValueError(
+                f"gradient_bytes {self.gradient_bytes} holds {self.gradient_bytes // 4} float32 values, "
+                f"fewer than servers={self.servers}; each shard needs at least one")
+        if self.sync is SyncMode.SYNC and self.pull_every != 1:
+            raise ValueError(f"sync 'sync' pulls after every step (the barrier is the pull), so pull_every must be 1, "
+                             f"got {self.pull_every}")
+        return self
+
+    @property
+    def barrier_timeout_s(self) -> float:
+        """The longest a worker waits at a barrier before the run fails (the deadline, if set)."""
+        return self.deadline_s if self.deadline_s is not None else DEFAULT_BARRIER_TIMEOUT_S
+
+    @property
+    def staleness_bound(self) -> Optional[int]:
+        """The largest staleness an applied update can have under this config's consistency
+        mode, or None when nothing bounds it (``async``).
+
+        Between a worker's pull and a push it makes before its next pull, it has pushed at
+        most p - 1 times itself (p = ``pull_every``) and each other worker at most 2 s + p
+        times (``sync`` behaves as s = 0, p = 1), so the bound is (p - 1) + (N - 1)(2 s + p);
+        docs/consistency.md has the argument.
+        """
+        p = self.pull_every
+        if self.sync is SyncMode.ASYNC:
+            return p - 1 if self.workers == 1 else None
+        s = 0 if self.sync is SyncMode.SYNC else self.staleness
+        return (p - 1) + (self.workers - 1) * (2 * s + p)
+
+    @property
+    def gradient_elements(self) -> int:
+        return self.gradient_bytes // 4
+
+    @property
+    def steps(self) -> int:
+        """Steps each worker runs in this config."""
+        return self.workload.steps_per_worker(self.workers)
+
+    def shard_bounds(self) -> list[tuple[int, int]]:
+        """Element ranges [lo, hi) of the S contiguous, nearly equal gradient slices."""
+        n, s = self.gradient_elements, self.servers
+        edges = [(n * i) // s for i in range(s + 1)]
+        return [(edges[i], edges[i + 1]) for i in range(s)]
+
+
+class ExperimentSpec(ConfigFields):
+    name: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    repeats: int = Field(1, ge=1, le=1000)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> "ExperimentSpec":
+        # With a sweep the base values may not be a config that runs (workers: 1, sweeping 2
+        # and 4): the faults are checked on each expanded config instead.
+        if not self.sweep:
+            check_faults(self)
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_names_knobs(self) -> "ExperimentSpec":
+        for key, values in self.sweep.items():
+            _check_path(key)
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"sweep.{key} must be a non-empty list, got {values!r}")
+        return self
+
+    def config_fields(self) -> dict[str, Any]:
+        """The base config as plain data (JSON types), without name, repeats and sweep."""
+        return self.model_dump(mode="json", exclude={"name", "description", "repeats", "sweep"})
+
+
+class RunConfig(ConfigFields):
+    """One validated point of an experiment's sweep."""
+    experiment: str
+    config_id: str
+    index: int = Field(ge=0)
+    sweep_values: dict[str, Any] = Field(default_factory=dict)
+
+
+def _check_path(path: str) -> None:
+    model: type[BaseModel] = ConfigFields
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        fields = model.model_fields
+        if part not in fields:
+            where = ".".join(parts[:i]) or "the top level"
+            raise ValueError(f"sweep key {path!r}: {part!r} is not a field of {where}; allowed: {', '.join(fields)}")
+        annotation = fields[part].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        elif i != len(parts) - 1:
+            raise ValueError(f"sweep key {path!r}: {part!r} has no sub-fields")
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"cannot set {path!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_validation_error(err: ValidationError, source: str) -> UserError:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(spec)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            parent = e["loc"][:-1]
+            model: type[BaseModel] = ExperimentSpec
+            for p in parent:
+                ann = model.model_fields.get(str(p))
+                if ann is None or not (isinstance(ann.annotation, type) and issubclass(ann.annotation, BaseModel)):
+                    break
+                model = ann.annotation
+            msg = f"unknown field; allowed here: {', '.join(model.model_fields)}"
+            lines.append(f"{loc}: {msg}")
+            continue
+        if e["type"] == "enum":
+            msg = f"must be one of {e.get('ctx', {}).get('expected', '')}"
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"{loc}: {msg}{shown}")
+    return UserError(f"{source}: invalid spec: " + "; ".join(lines))
+
+
+def parse_spec(data: Any, source: str = "spec", overrides: list[str] | None = None) -> ExperimentSpec:
+    """Validate a spec given as plain data (e.g. parsed YAML), after applying ``key=value`` overrides."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a spec must be a YAML mapping of fields (name:, workers:, ...), got {type(data).__name__}")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as err:
+        raise _format_validation_error(err, source) from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``dotted.key=value`` strings (values parsed as YAML) to a copy of ``data``."""
+    data = json.loads(json.dumps(data, default=str))
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected key=value, e.g. --set workers=4 or --set compute.seconds=20ms")
+        key, _, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise UserError(f"--set {item!r}: the value is not valid YAML ({err})") from None
+        _set_path(data, key.strip(), value)
+    return data
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> ExperimentSpec:
+    """Read and validate a YAML spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such spec file; the experiments/ folder has examples") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    return parse_spec(data, source=str(path), overrides=overrides)
+
+
+def _config_id(index: int, fields: dict[str, Any]) -> str:
+    fields = {k: v for k, v in fields.items() if k not in _ID_OMITS_DEFAULTS or v != _ID_OMITS_DEFAULTS[k]}
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
+    return f"c{index:03d}-{digest}"
+
+
+def expand(spec: ExperimentSpec) -> list[RunConfig]:
+    """The Cartesian product of the sweep lists, as validated run configs in sweep order.
+
+    A config's id is its index and a hash of its resolved fields, so the same spec
+    always gives the same ids (resume relies on it).
+    """
+    base = spec.config_fields()
+    keys = list(spec.sweep)
+    configs = []
+    for index, values in enumerate(itertools.product(*(spec.sweep[k] for k in keys))):
+        fields = json.loads(json.dumps(base))
+        for key, value in zip(keys, values):
+            _set_path(fields, key, value)
+        try:
+            resolved = ConfigFields.model_validate(fields).model_dump(mode="json")
+        except ValidationError as err:
+            point = ", ".join(f"{k}={v!r}" for k, v in zip(keys, values))
+            raise _format_validation_error(err, f"{spec.name} (sweep point {point})") from None
+        configs.append(RunConfig(
+            **resolved, experiment=spec.name, index=index,
+            config_id=_config_id(index, resolved), sweep_values=dict(zip(keys, values)),
+        ))
+    return configs
+
+
+def spec_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted names of the fields that differ between two specs given as plain data
+    (a field only one side has counts as changed); lists compare whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = []
+        for key in sorted(set(old) | set(new), key=str):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                changed.append(name)
+            else:
+                changed += spec_diff(old[key], new[key], name)
+        return changed
+    return [] if old == new else [prefix or "(spec)"]
+
+
+def with_reliability_defaults(spec_data: dict[str, Any]) -> dict[str, Any]:
+    """A spec dumped before the reliability fields existed, with their defaults filled in
+    (so resuming such a run folder does not report them as changed)."""
+    return {**json.loads(json.dumps(_ID_OMITS_DEFAULTS)), **spec_data}

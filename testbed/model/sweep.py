@@ -1,0 +1,145 @@
+"""``testbed predict``: the model's predictions for every config of a spec, as a table.
+
+A thin layer over ``testbed.model``: it expands the spec, loads the profile, runs the
+chosen families and returns one row per config and family. It needs no Ray.
+
+    frame = predict_spec("experiments/smoke.yaml", "profile.json", "initial,queueing")
+    print(format_table(frame))
+    write_csv(frame, "predictions.csv")
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from testbed.config.errors import UserError
+from testbed.config.spec import ConfigFields, ExperimentSpec, RunConfig, expand, load_spec
+from testbed.config.units import format_seconds
+from testbed.model import ModelFamily, predict
+from testbed.model.profile import HardwareProfile, load_profile
+
+__all__ = ["predict_spec", "predict_configs", "parse_models", "format_table", "write_csv", "CSV_COLUMNS"]
+
+# The columns every predictions CSV has, in this order (more may follow).
+CSV_COLUMNS = ["config_id", "model", "workers", "servers", "init_s", "train_s", "total_s", "step_s",
+               "steps_per_s", "bound", "knee_workers"]
+
+
+def parse_models(models: str | Iterable[ModelFamily | str] | None) -> list[ModelFamily]:
+    """``"initial,queueing"`` or a list of names -> families; None -> all three."""
+    if models is None:
+        return list(ModelFamily)
+    names = models.split(",") if isinstance(models, str) else list(models)
+    allowed = ", ".join(f.value for f in ModelFamily)
+    out: list[ModelFamily] = []
+    for name in names:
+        key = name.value if isinstance(name, ModelFamily) else str(name).strip().lower()
+        if not key:
+            continue
+        try:
+            family = ModelFamily(key)
+        except ValueError:
+            raise UserError(f"--models: unknown model family {name!r}; allowed: {allowed}") from None
+        if family not in out:
+            out.append(family)
+    if not out:
+        raise UserError(f"--models: name at least one model family ({allowed})")
+    return out
+
+
+def _configs(spec: Any) -> list[Any]:
+    if isinstance(spec, (str, Path)):
+        return expand(load_spec(spec))
+    if isinstance(spec, ExperimentSpec):
+        return expand(spec)
+    if isinstance(spec, ConfigFields):  # a RunConfig or a bare ConfigFields
+        return [spec]
+    if isinstance(spec, (list, tuple)) and all(isinstance(c, ConfigFields) for c in spec):
+        return list(spec)
+    raise TypeError(f"expected a spec path, an ExperimentSpec or run configs, got {type(spec).__name__}")
+
+
+def predict_configs(configs: Sequence[Any], profile: HardwareProfile,
+                    models: str | Iterable[ModelFamily | str] | None = None) -> pd.DataFrame:
+    """One row per config and family, columns ``CSV_COLUMNS`` first, then the phase means
+    (``<phase>_mean_s``), utilisation, the other knees and ``experiment``."""
+    families = parse_models(models)
+    rows = []
+    for config in configs:
+        for family in families:
+            row = predict(config, profile, family).to_row()
+            if not row["config_id"]:
+                row["config_id"] = f"c{getattr(config, 'index', len(rows) // len(families)):03d}"
+            row["experiment"] = getattr(config, "experiment", "")
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=CSV_COLUMNS)
+    # Knees are counts; Int64 keeps "no knee" as <NA> instead of turning the column into floats.
+    for column in ("knee_workers", "knee_train_workers"):
+        frame[column] = frame[column].astype("Int64")
+    rest = [c for c in frame.columns if c not in CSV_COLUMNS]
+    return frame[CSV_COLUMNS + rest]
+
+
+def predict_spec(spec: str | Path | ExperimentSpec | RunConfig | Sequence[RunConfig],
+                 profile: HardwareProfile | str | Path,
+                 models: str | Iterable[ModelFamily | str] | None = None) -> pd.DataFrame:
+    """Predict every config of a spec (a YAML path, a loaded spec, or run configs) on a
+    profile (a ``HardwareProfile`` or a JSON path) with the named families (default all).
+
+    Raises ``UserError`` for a bad spec, profile or family name, or a profile that lacks
+    a figure a config needs.
+    """
+    if not isinstance(profile, HardwareProfile):
+        profile = load_profile(profile)
+    return predict_configs(_configs(spec), profile, models)
+
+
+def _knee(value: Any, search_max: Any, model: str) -> str:
+    """A knee count, '>n' when the search found none up to n, '-' for the initial family
+    (which scales linearly by construction)."""
+    if model == ModelFamily.INITIAL.value:
+        return "-"
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return f">{search_max}" if search_max is not None and not pd.isna(search_max) else "-"
+    return str(int(value))
+
+
+def format_table(frame: pd.DataFrame) -> str:
+    """A plain-text table per config: one line per family with the times, the rate, the
+    binding resource and the knees."""
+    if frame.empty:
+        return "(no configs)"
+    header = ["model", "init", "train", "total", "step", "steps/s", "bound", "knee", "knee(train)", "N*"]
+    blocks = []
+    for config_id, group in frame.groupby("config_id", sort=False):
+        first = group.iloc[0]
+        lines = [[str(r["model"]), format_seconds(r["init_s"]), format_seconds(r["train_s"]),
+                  format_seconds(r["total_s"]), format_seconds(r["step_s"]), f"{r['steps_per_s']:.4g}",
+                  str(r["bound"]), _knee(r["knee_workers"], r.get("knee_search_max"), r["model"]),
+                  _knee(r.get("knee_train_workers"), r.get("knee_search_max"), r["model"]),
+                  "-" if pd.isna(r.get("knee_asymptotic")) else f"{r['knee_asymptotic']:.3g}"]
+                 for _, r in group.iterrows()]
+        widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]
+        fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+        title = f"{config_id}: workers={first['workers']} servers={first['servers']} steps/worker={first['steps']}"
+        blocks.append("\n".join([title, fmt(header)] + [fmt(row) for row in lines]))
+    return "\n\n".join(blocks)
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = True) -> Path:
+    """Write the predictions as CSV (one row per config and family); atomically, so a
+    reader never sees half a file."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise UserError(f"{path} exists; pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path

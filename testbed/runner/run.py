@@ -1,0 +1,445 @@
+"""Running an experiment: every config x repeat on Ray, events collected, folder written.
+
+This is the one place that wires the training actors together. For each config and
+repeat: reserve a placement group (``testbed.runner.placement``), prepare the data on the
+nodes where workers will land (untimed), start the shard and worker actors in their
+bundles, the I/O gate (sequential init) and the step clock (``ssp``), all timed as
+``setup``; run the initialization phase (``init``), run the training loop (``train``),
+collect every actor's events, check that no update was lost, stop the actors, remove
+the placement group, write the events atomically. A node monitor per node
+(``testbed.runner.nodes``) samples the resources around each config.
+
+A worker that fails ends the config at once: the driver waits for the workers one
+result at a time and kills every actor of the config on the first error, so workers
+blocked at a barrier do not wait for one that will never come. The config is then
+recorded as ``failed`` with the events its actors still hold, and the sweep goes on.
+
+Reliability (docs/reliability.md): a config with a deadline (``deadline_s``, or the default
+the caller computed from the model) is stopped when it passes it and recorded as
+``timed_out`` with the events collected so far. A config with kill faults or checkpoints gets
+a state folder (``state/<config>-r<repeat>/`` in the run folder, removed when it ends) and
+actors that Ray restarts (``restarts``) and whose calls it retries; the shards' lost updates
+enter the update count check (applied = pushed - lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import psutil
+
+from actors.clock import ClockActor
+from actors.gate import remote_gate
+from actors.server import ServerActor
+from actors.worker import WorkerActor
+from testbed.config.errors import UserError
+from testbed.config.faults import KillServer, KillWorker, shard_faults
+from testbed.config.spec import (
+    ExperimentSpec,
+    InitIO,
+    RunConfig,
+    SyncMode,
+    expand,
+    spec_diff,
+    with_reliability_defaults,
+)
+from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
+from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
+from testbed.records.rundir import RunFolder, default_run_dir
+from testbed.records.summary import summarize
+from testbed.records.trace import chrome_trace
+from testbed.runner.cluster import check_address, ray_session
+from testbed.runner.guard import check_disk, check_memory, check_object_store, object_store_bytes_needed
+from testbed.runner.nodes import NodeInfo, NodeMonitors, alive_nodes, prepare_on_nodes
+from testbed.runner.placement import plan_placement, reserve
+
+__all__ = ["ConfigOutcome", "run_config", "run_experiment", "LostUpdates", "PrepareData", "DeadlinePassed",
+           "missing_runs"]
+
+# Prepares the data set on one node, given the node id (see ``testbed.runner.nodes.prepare_on_nodes``).
+PrepareData = Callable[[RunConfig], Callable[[str], Any]]
+
+
+class _PrepareDataset:
+    """The default data preparation: ``prepare_dataset`` on the node it runs on (picklable)."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.data, self.dataset_bytes = cfg.data, cfg.workload.dataset_bytes
+
+    def __call__(self, node: str) -> DatasetInfo:
+        return prepare_dataset(self.data, self.dataset_bytes, node)
+
+
+def prepare_locally(cfg: RunConfig) -> Optional[DatasetInfo]:
+    """Prepare the config's data set on this machine (untimed); None when it has none."""
+    if cfg.workload.dataset_bytes <= 0:
+        return None
+    return prepare_dataset(cfg.data, cfg.workload.dataset_bytes)
+
+
+class DeadlinePassed(Exception):
+    """The config ran past its deadline (caught in ``run_config``: the config is ``timed_out``)."""
+
+
+def _get_fail_fast(refs: list, until: Optional[float] = None) -> list:
+    """``ray.get(refs)``, but raising as soon as any of them fails rather than after all finish,
+    and ``DeadlinePassed`` when ``time.monotonic()`` passes ``until``."""
+    import ray
+    pending = list(refs)
+    while pending:
+        timeout = None if until is None else max(0.0, until - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+        if not ready:
+            raise DeadlinePassed()
+        ray.get(ready)  # raises the task's error, if it failed
+    return ray.get(refs)
+
+
+def _collect_what_is_left(actors: list, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The events of every actor that still answers (a config that timed out or failed)."""
+    import ray
+    refs = [a.events.remote() for a in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    out = []
+    for ref in ready:
+        try:
+            out.append(ray.get(ref))
+        except ray.exceptions.RayError:  # that actor is dead: its events are gone with it
+            pass
+    return out
+
+
+class LostUpdates(RuntimeError):
+    """A shard applied a different number of updates than the workers pushed: a testbed bug."""
+
+
+@dataclasses.dataclass
+class ConfigOutcome:
+    config_id: str
+    repeat: int
+    columns: dict[str, list]
+    server_stats: list[dict[str, Any]]
+    worker_steps: list[int]
+    nodes: dict[str, dict[str, Any]]          # actor name -> its node, IP and pid
+    parameters: Optional[list[Any]] = None
+    status: str = "ok"                        # ok, timed_out (past its deadline) or failed (an actor failed)
+    prepared: dict[str, Any] = dataclasses.field(default_factory=dict)  # node -> what data preparation returned
+    train_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # actor -> CPU seconds in train
+    error: Optional[str] = None
+    deadline_s: Optional[float] = None
+
+    @property
+    def lost_updates(self) -> int:
+        return sum(s.get("lost_updates", 0) for s in self.server_stats)
+
+    def info(self) -> dict[str, Any]:
+        """What the manifest's ``finished`` entry records besides the events."""
+        out: dict[str, Any] = {"server_updates": [s["updates"] for s in self.server_stats],
+                               "lost_updates": [s.get("lost_updates", 0) for s in self.server_stats],
+                               "server_restarts": [s.get("restarts", 0) for s in self.server_stats],
+                               "actor_nodes": {a: n["node"] for a, n in self.nodes.items()},
+                               "deadline_s": self.deadline_s, "train_cpu_s": self.train_cpu_s}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def _cluster_shape(nodes: list[NodeInfo]) -> tuple[int, float]:
+    """(nodes with CPUs, CPUs of the smallest of them): what a placement plan depends on."""
+    cpus = [n.cpus for n in nodes if n.cpus > 0]
+    return len(cpus), min(cpus, default=1.0)
+
+
+def _restartable(cfg: RunConfig) -> dict[str, Any]:
+    """Actor options that let Ray restart a crashed actor and retry the calls in flight; only for
+    configs with kill faults or checkpoints (another crash stays a failure: docs/reliability.md)."""
+    kills = any(isinstance(f, (KillWorker, KillServer)) for f in cfg.faults)
+    if not (kills or cfg.checkpoint_every) or cfg.restarts == 0:
+        return {}
+    return {"max_restarts": cfg.restarts, "max_task_retries": -1}
+
+
+def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: bool = False,
+               prepare_data: Optional[PrepareData] = None, state_dir: Optional[Path] = None,
+               deadline_s: Optional[float] = None) -> ConfigOutcome:
+    """Run one config once on the Ray this process is connected to.
+
+    ``prepare_data(cfg)`` gives the callable that prepares the data set on a node (default:
+    ``prepare_dataset`` there); it runs, untimed, on each node where workers land (once when
+    ``data.shared``) before the actors start, and each worker reads the data set of its node.
+    ``state_dir`` holds the checkpoints and crash records of a config with faults (default: a
+    temporary folder); it is removed when the config ends. ``deadline_s`` applies when the
+    config sets none (``cfg.deadline_s`` wins).
+    """
+    deadline_s = cfg.deadline_s if cfg.deadline_s is not None else deadline_s
+    needs_state = bool(cfg.faults or cfg.checkpoint_every)
+    own_state = needs_state and state_dir is None
+    if own_state:
+        state_dir = Path(tempfile.mkdtemp(prefix=f"testbed-{cfg.config_id}-"))
+    state = str(state_dir) if needs_state else None
+    try:
+        return _run_config(cfg, repeat, run_id, keep_parameters, prepare_data, state, deadline_s)
+    finally:
+        if needs_state and state_dir is not None:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
+                prepare_data: Optional[PrepareData], state: Optional[str],
+                deadline_s: Optional[float]) -> ConfigOutcome:
+    import ray
+
+    driver_node = ray.get_runtime_context().get_node_id()
+    rec = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat, actor="driver",
+                        role=Role.DRIVER, node=driver_node)
+    plan = plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(alive_nodes()))
+    restart = _restartable(cfg)
+    server_cls = ray.remote(ServerActor)
+    # Two threads: the driver can ask for a worker's events while it trains (a deadline).
+    worker_cls = ray.remote(WorkerActor)
+    # Each worker has at most one call in flight to the step clock (ssp only).
+    clock_cls = ray.remote(ClockActor).options(num_cpus=0, max_concurrency=cfg.workers + 2)
+    elements = cfg.gradient_elements
+    servers, workers, clocks, gate, prepared = [], [], [], None, {}
+    status, error, exports, stats, params, steps, identities = "ok", None, [], [], None, [], []
+    train_cpu_s: dict[str, float] = {}
+    with reserve(plan) as slots:
+        if cfg.workload.dataset_bytes > 0:
+            prepare = prepare_data(cfg) if prepare_data is not None else _PrepareDataset(cfg)
+            prepared = prepare_on_nodes(prepare, slots.worker_nodes(), shared=cfg.data.shared)
+        datasets = [_dataset_for(prepared, slots.worker_node(i)) for i in range(cfg.workers)]
+        until = time.monotonic() + deadline_s if deadline_s is not None else None
+        try:
+            with rec.timed(Phase.SETUP):
+                if cfg.workload.dataset_bytes > 0 and cfg.data.init_io is InitIO.SEQUENTIAL:
+                    gate = remote_gate(list(range(cfg.workers)))
+                # Each worker has at most one call in flight to a shard (a push or a pull, possibly
+                # blocked at the sync barrier), so N threads plus a few for the driver's calls suffice.
+                servers = [server_cls.options(max_concurrency=cfg.workers + 4, **restart,
+                                              **slots.server_options(i)).remote(
+                               shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
+                               run_id=run_id, config_id=cfg.config_id, repeat=repeat,
+                               apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
+                               wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state)
+                           for i, (lo, hi) in enumerate(cfg.shard_bounds())]
+                if cfg.sync is SyncMode.SSP:
+                    clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
+                clock = clocks[0] if clocks else None
+                workers = [worker_cls.options(max_concurrency=2, **restart, **slots.worker_options(i)).remote(
+                               cfg, i, servers, run_id, repeat, datasets[i], gate, clock, state)
+                           for i in range(cfg.workers)]
+                identities = _get_fail_fast([a.ready.remote() for a in servers + workers + clocks],
+                                            until)[:len(servers + workers)]
+                if gate is not None:  # its process must be up before init is timed, too
+                    _get_fail_fast([gate.done.remote()], until)
+            with rec.timed(Phase.INIT):
+                _get_fail_fast([w.init.remote() for w in workers], until)
+            # CPU used by each actor during training (read outside the timed span): how much of
+            # the machine a step costs, and whether the cores were the limit.
+            cpu0 = _get_fail_fast([a.cpu_s.remote() for a in servers + workers], until)
+            with rec.timed(Phase.TRAIN):
+                steps = _get_fail_fast([w.train.remote() for w in workers], until)
+            cpu1 = _get_fail_fast([a.cpu_s.remote() for a in servers + workers], until)
+            actors = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
+            # A process restarted by a fault starts its CPU clock again: no figure for it.
+            train_cpu_s = {n: b - a for n, a, b in zip(actors, cpu0, cpu1) if b >= a}
+            exports = ray.get([a.events.remote() for a in servers + workers])
+            stats = ray.get([s.stats.remote() for s in servers])
+            params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
+        except DeadlinePassed:
+            status, error = "timed_out", f"stopped after its deadline of {deadline_s:g} s"
+            exports = _collect_what_is_left(servers + workers)
+        except ray.exceptions.RayError as err:
+            status, error = "failed", " ".join(f"{type(err).__name__}: {err}".split())[:2000]
+            exports = _collect_what_is_left(servers + workers)
+        finally:
+            # Actors go before their placement group is removed (leaving ``reserve``).
+            for actor in servers + workers + clocks + ([gate] if gate is not None else []):
+                ray.kill(actor, no_restart=True)
+    names = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
+    if status == "ok":
+        pushed = sum(steps)
+        for st in stats:
+            if st["updates"] != pushed - st["lost_updates"]:
+                raise LostUpdates(f"{cfg.config_id}: shard {st['shard']} holds {st['updates']} updates, workers "
+                                  f"pushed {pushed} and {st['lost_updates']} were lost with a crash")
+    columns = events_to_columns([rec.export(), *exports])
+    return ConfigOutcome(cfg.config_id, repeat, columns, stats, steps, dict(zip(names, identities)), params,
+                         status=status, prepared=prepared, error=error, deadline_s=deadline_s,
+                         train_cpu_s=train_cpu_s)
+
+
+def _dataset_for(prepared: dict[str, Any], node: str) -> Optional[DatasetInfo]:
+    """The data set a worker on ``node`` reads: its node's, or the one shared copy."""
+    if not prepared:
+        return None
+    return prepared.get(node, next(iter(prepared.values())))
+
+
+def missing_runs(manifest: dict[str, Any], configs: list[RunConfig], repeats: int) -> list[tuple[RunConfig, int]]:
+    """The (config, repeat) pairs a run folder's manifest does not list as finished, in sweep order."""
+    done = {(f["config_id"], f["repeat"]) for f in manifest.get("finished", [])}
+    return [(cfg, r) for cfg in configs for r in range(repeats) if (cfg.config_id, r) not in done]
+
+
+def open_for_resume(path: Path, spec: ExperimentSpec) -> RunFolder:
+    """The run folder to resume, after checking that ``spec`` is the one it was started with;
+    refuses (naming the fields) when it is not. Writes nothing."""
+    folder = RunFolder.open(path)
+    old = folder.manifest.get("spec")
+    if not isinstance(old, dict) or "run_id" not in folder.manifest or "finished" not in folder.manifest:
+        raise UserError(f"{path}: the manifest has no spec or run id; it is not a run folder `testbed run` can resume")
+    changed = spec_diff(with_reliability_defaults(old), spec.model_dump(mode="json"))
+    if changed:
+        raise UserError(f"{path}: the spec differs from the one this run was started with in: {', '.join(changed)}; "
+                        f"resume with the same spec and --set options (leave out SPEC to use the saved one), "
+                        f"or start a new run")
+    return folder
+
+
+def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
+                   progress: Optional[Callable[[str, int, int], None]] = None,
+                   monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S,
+                   prepare_data: Optional[PrepareData] = None, resume: Optional[Path] = None,
+                   deadlines: Optional[dict[str, float]] = None) -> RunFolder:
+    """Run every config x repeat of ``spec`` and write a run folder; returns it.
+
+    ``progress(label, done, total)`` is called before each config repeat and at the end.
+    ``monitor_interval_s`` is the node monitors' sampling interval (None: no monitors).
+    ``resume``: a run folder of the same spec; only the config repeats it lacks are run, into
+    it, under its run id. ``deadlines``: config id -> seconds, for configs that set none.
+    """
+    configs = expand(spec)
+    if monitor_interval_s is not None and monitor_interval_s <= 0:
+        raise UserError(f"the monitor interval must be > 0 s (or None: no monitors), got {monitor_interval_s}")
+    if address:
+        check_address(address)  # before a run folder exists: nothing to clean up
+    previous = open_for_resume(Path(resume), spec) if resume is not None else None
+    todo = missing_runs(previous.manifest, configs, spec.repeats) if previous else \
+        [(c, r) for c in configs for r in range(spec.repeats)]
+    pending = list({c.config_id: c for c, _ in todo}.values())
+    check_memory(pending, psutil.virtual_memory().available)
+    for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
+        check_data_dir(data)
+    check_disk(pending, _free_bytes, dataset_present_bytes)
+    # The data sets are checked and written here first (untimed; on a cluster again on each
+    # worker node, where they are then found ready when the driver's node is one of them):
+    # a refusal (tmpfs, no space) comes before any run folder exists.
+    datasets: dict[tuple, Optional[DatasetInfo]] = {}
+    for cfg in pending:
+        key = (cfg.data.dir, cfg.data.file_bytes, cfg.workload.dataset_bytes, cfg.data.allow_cached)
+        if key not in datasets:
+            if progress and cfg.workload.dataset_bytes > 0:
+                progress(f"preparing the data set ({cfg.workload.dataset_bytes} bytes)", 0, 0)
+            datasets[key] = prepare_locally(cfg)
+    local = [d for d in datasets.values() if d is not None]
+    total = len(configs) * spec.repeats
+    if previous is not None:
+        folder = previous
+        run_id = folder.manifest["run_id"]
+        if not todo:
+            return folder  # every config repeat has finished: nothing to run
+        folder.begin_resume(len(todo))
+    else:
+        run_id = uuid.uuid4().hex[:12]
+        path = Path(out) if out else default_run_dir(spec.name)
+        folder = RunFolder.create(
+            path, run_id=run_id, experiment=spec.name, spec=spec.model_dump(mode="json"),
+            configs=[c.model_dump(mode="json") for c in configs], repeats=spec.repeats,
+            extra={"monitor_interval_s": monitor_interval_s,
+                   "cache_bypass": all(d.cache_bypass for d in local) if local else None,
+                   "data": [{"directory": d.directory, "fs_type": d.fs_type, "cache_bypass": d.cache_bypass,
+                             "bytes": d.total_bytes} for d in local]})
+    store = max(object_store_bytes_needed(c) for c in pending) * 2
+    try:
+        with ray_session(address, object_store_bytes=store):
+            check_object_store(pending, _object_store_bytes())
+            cluster = alive_nodes()
+            for cfg in pending:  # an impossible placement fails before the first config runs
+                plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(cluster))
+            folder.manifest["cluster"] = [dataclasses.asdict(n) for n in cluster]
+            monitors = NodeMonitors([n.node for n in cluster], monitor_interval_s) if monitor_interval_s else None
+            try:
+                if monitors:
+                    folder.manifest["clock_offsets"] = monitors.clock_offsets()
+                _run_all(folder, todo, total, run_id, monitors, prepare_data, progress, deadlines or {})
+            finally:
+                if monitors:
+                    monitors.close()
+        if progress:
+            progress("done", total, total)
+    except KeyboardInterrupt:
+        _finish(folder, "incomplete", "interrupted")
+        raise
+    except SystemExit:  # Ray's SIGTERM handler in the driver turns a kill into SystemExit
+        _finish(folder, "incomplete", "terminated")
+        raise
+    except UserError as err:
+        _finish(folder, "failed", str(err))
+        raise
+    except Exception as err:
+        _finish(folder, "failed", f"{type(err).__name__}: {err}")
+        raise
+    _finish(folder, "complete")
+    return folder
+
+
+def _free_bytes(directory: str) -> int:
+    """Free bytes of the file system that holds ``directory`` (or its nearest existing parent)."""
+    path = Path(directory).expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _object_store_bytes() -> int:
+    """The object store capacity of the Ray this process is connected to (the smallest node's)."""
+    import ray
+    stores = [n["Resources"].get("object_store_memory", 0) for n in ray.nodes() if n.get("Alive")]
+    return int(min((s for s in stores if s > 0), default=0))
+
+
+def _run_all(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, run_id: str,
+             monitors: Optional[NodeMonitors], prepare_data: Optional[PrepareData],
+             progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float]) -> None:
+    done = total - len(todo)
+    for cfg, repeat in todo:
+        if progress:
+            progress(f"{cfg.config_id} workers={cfg.workers} repeat={repeat}", done, total)
+        if monitors:
+            monitors.start(cfg.config_id, repeat)
+        state_dir = folder.path / "state" / f"{cfg.config_id}-r{repeat}"
+        try:
+            outcome = run_config(cfg, repeat, run_id, prepare_data=prepare_data, state_dir=state_dir,
+                                 deadline_s=deadlines.get(cfg.config_id))
+        finally:
+            samples = monitors.stop() if monitors else None
+            with contextlib.suppress(OSError):
+                (folder.path / "state").rmdir()  # only when empty: the config's own folder is gone
+        folder.manifest["nodes"].update({n["node"]: n["ip"] for n in outcome.nodes.values()})
+        folder.write_config_events(cfg.config_id, repeat, outcome.columns, status=outcome.status,
+                                   info=outcome.info())
+        if samples is not None:
+            folder.append_resources(samples)
+        folder.write_summary(summarize(folder.events(), folder.manifest["configs"],
+                                       finished=folder.manifest["finished"]))
+        done += 1
+
+
+def _finish(folder: RunFolder, status: str, error: Optional[str] = None) -> None:
+    """Write the summary and Chrome trace of whatever finished, then the final status."""
+    try:
+        folder.write_summary(summarize(folder.events(), folder.manifest["configs"],
+                                       finished=folder.manifest["finished"]))
+        folder.write_trace(chrome_trace(folder.events(), folder.node_ips()))
+    except UserError as err:  # a full disk: the status line below still says what happened
+        error = error or str(err)
+    folder.set_status(status, error=error)
+
