@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
+
+import typer
 
 from testbed.calibration.calibrate import calibrate
+from testbed.cli.app import app
+from testbed.cli.common import out_console, parse_interval, progress_bar, summary_table
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
 from testbed.model.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.records.events import DEFAULT_INTERVAL_S
 from testbed.records.rundir import PROFILE_FILE, RunFolder
 from testbed.runner.run import run_experiment
 
-__all__ = ["validate", "with_dataset_reads", "dataset_read_bytes_per_s"]
+__all__ = ["validate", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s"]
 
 # Concurrent readers at which the data set's own reads are measured.
 READERS = (1, 2, 4, 8, 16)
@@ -103,3 +107,37 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     from testbed.report.sections import write_report
     write_report(folder.path)
     return folder
+
+
+@app.command("validate")
+def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+             out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
+             address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
+             profile: Optional[Path] = typer.Option(None, "--profile", help="use this profile instead of calibrating"),
+             recalibrate: bool = typer.Option(False, "--recalibrate", help="measure the hardware again"),
+             set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
+             monitor_interval: str = typer.Option("200ms", "--monitor-interval",
+                                                  help="node monitors' sampling interval ('0' turns them off)")) -> None:
+    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
+    from testbed.config.spec import load_spec
+
+    interval_s = parse_interval(monitor_interval)
+    experiment = load_spec(spec, overrides=set_)
+    with progress_bar() as bar:
+        task = bar.add_task(experiment.name, total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total or None)
+
+        folder = validate(experiment, out=out, address=address, profile_path=profile,
+                                recalibrate=recalibrate, progress=progress, monitor_interval_s=interval_s)
+    out_console.print(summary_table(folder.summary()))
+    errors = folder.path / "errors.csv"
+    if errors.is_file():
+        import pandas as pd
+        frame = pd.read_csv(errors)
+        frame = frame[frame["phase"].isin(["init", "train", "total"])]
+        for _, row in frame.iterrows():
+            out_console.print(f"{row['model']:>9} {row['phase']:>5}: median |error| {row['median_abs_err']:.1%}, "
+                              f"max {row['max_abs_err']:.1%}")
+    out_console.print(f"results: {folder.path} (report: {folder.path / 'report.md'})")

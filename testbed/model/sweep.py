@@ -1,11 +1,10 @@
-"""``testbed predict``: the model's predictions for every config of a spec, as a table.
+"""The model's predictions for every config of a spec, as a table (``testbed predict``
+prints and writes it: ``testbed.cli.predict``).
 
 A thin layer over ``testbed.model``: it expands the spec, loads the profile, runs the
 chosen families and returns one row per config and family. It needs no Ray.
 
     frame = predict_spec("experiments/smoke.yaml", "profile.json", "initial,queueing")
-    print(format_table(frame))
-    write_csv(frame, "predictions.csv")
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from testbed.config.units import format_seconds
 from testbed.model import ModelFamily, predict
 from testbed.model.profile import HardwareProfile, load_profile
 
-__all__ = ["predict_spec", "predict_configs", "parse_models", "format_table", "write_csv", "CSV_COLUMNS"]
+__all__ = ["predict_spec", "predict_configs", "parse_models", "CSV_COLUMNS"]
 
 # The columns every predictions CSV has, in this order (more may follow).
 CSV_COLUMNS = ["config_id", "model", "workers", "servers", "init_s", "train_s", "total_s", "step_s",

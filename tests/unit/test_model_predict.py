@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from testbed.cli.predict import format_table, write_csv
 from testbed.config.errors import UserError
 from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict, scaling_curve, step_terms
 from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
-from testbed.model.sweep import CSV_COLUMNS, format_table, parse_models, predict_spec, write_csv
+from testbed.model.sweep import CSV_COLUMNS, parse_models, predict_spec
 
 SPEC = """\
 name: demo

@@ -1,0 +1,81 @@
+"""``testbed calibrate`` (and ``calibrate disk``): measure the hardware figures the model needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from testbed.cli.app import app
+from testbed.cli.common import err_console, out_console
+
+__all__ = ["calibrate", "calibrate_disk_cmd", "profile_table"]
+
+calibrate_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+                            help="Measure the hardware figures the model needs (cached per machine).")
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.callback()
+def calibrate(ctx: typer.Context,
+              address: Optional[str] = typer.Option(None, "--address", help="Ray cluster: 'auto' or HOST:PORT"),
+              out: Optional[Path] = typer.Option(None, "--out", help="also write the profile here"),
+              recalibrate: bool = typer.Option(False, "--recalibrate", help="measure again even if cached"),
+              data_dir: Optional[str] = typer.Option(None, "--data-dir", help="directory whose disk to measure"),
+              no_disk: bool = typer.Option(False, "--no-disk", help="skip the disk (fio) measurements"),
+              quick: bool = typer.Option(False, "--quick", help="fewer repetitions (for smoke tests)")) -> None:
+    """Calibrate everything: actor calls, transfers, the server, FLOPs, cores and the disk."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from testbed.calibration.calibrate import calibrate as run_calibration
+    with err_console.status("calibrating") as status:
+        profile, path, reused = run_calibration(
+            address=address, out=out, recalibrate=recalibrate, data_dir=data_dir, with_disk=not no_disk,
+            quick=quick, progress=lambda what: status.update(f"calibrating: {what}"))
+    out_console.print(profile_table(profile))
+    out_console.print(f"profile: {path}" + (" (cached; --recalibrate to measure again)" if reused else ""))
+
+
+@calibrate_app.command("disk")
+def calibrate_disk_cmd(directory: Path = typer.Option(..., "--dir", help="directory on the disk to measure"),
+                       out: Optional[Path] = typer.Option(None, "--out", help="write the disk profile (JSON) here"),
+                       max_jobs: int = typer.Option(4, "--max-jobs", help="largest number of concurrent readers"),
+                       allow_cached: bool = typer.Option(False, "--allow-cached", help="accept tmpfs (no bypass)")) -> None:
+    """Measure the disk under DIR with fio (direct I/O)."""
+    from testbed.calibration.disk import calibrate_disk
+    with err_console.status("calibrating the disk") as status:
+        disk = calibrate_disk(directory, out, max_jobs=max_jobs, allow_cached=allow_cached,
+                              progress=lambda what: status.update(f"disk: {what}"))
+    from testbed.config.units import format_bytes
+    for jobs, bps in sorted(disk.seq_read_bytes_per_s.items()):
+        out_console.print(f"sequential read, {jobs} reader(s): {format_bytes(bps)}/s")
+    for block, iops in sorted(disk.rand_read_iops.items()):
+        out_console.print(f"random read {format_bytes(block)}: {iops:,.0f} IOPS")
+    out_console.print(f"source: {disk.source}" + (f"; written: {out}" if out else ""))
+
+
+def profile_table(profile) -> Table:
+    from testbed.config.units import format_bytes, format_seconds
+    table = Table(title="hardware profile")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("cores per node", str(profile.cores_per_node)),
+            ("actor-call latency", format_seconds(profile.actor_call_latency_s)),
+            ("transfer bandwidth (same node)", f"{format_bytes(profile.transfer_bytes_per_s_local)}/s"),
+            ("server apply bandwidth", f"{format_bytes(profile.server_apply_bytes_per_s)}/s"),
+            ("server per-call overhead", format_seconds(profile.server_call_overhead_s)),
+            ("matmul rate", f"{profile.flops_per_s / 1e9:.1f} GFLOP/s")]
+    for key, value in sorted(profile.extra.items()):
+        if key.endswith("_bytes_per_s"):
+            rows.append((key, f"{format_bytes(value)}/s"))
+        else:
+            rows.append((key, format_seconds(value) if key.endswith("_s") else f"{value:.4g}"))
+    if profile.disk:
+        for jobs, bps in sorted(profile.disk.seq_read_bytes_per_s.items()):
+            rows.append((f"disk sequential read, {jobs} reader(s)", f"{format_bytes(bps)}/s"))
+        rows.append(("disk figures from", profile.disk.source))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,32 @@
+"""``testbed report``: rebuild a run folder's summary, trace, plots and report from its records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from testbed.cli.app import app
+from testbed.cli.common import out_console
+
+__all__ = ["report"]
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="a run folder written by `testbed run`"),
+           profile: Optional[Path] = typer.Option(None, "--profile",
+                                                  help="compare with the model on this profile (saved in the folder)")
+           ) -> None:
+    """Regenerate RUN_DIR's summary.csv, trace.json, plots and report.md from its records."""
+    from testbed.report.sections import write_report
+    if profile is not None:
+        from testbed.model.profile import check_profile_machine, load_profile, save_profile
+        from testbed.records.rundir import PROFILE_FILE, RunFolder
+        folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
+        loaded = load_profile(profile)
+        if folder.manifest.get("host"):
+            check_profile_machine(loaded, profile, folder.manifest["host"], None, "the machine this run used")
+        save_profile(loaded, folder.path / PROFILE_FILE)
+    path = write_report(run_dir)
+    out_console.print(f"report: {path}")

@@ -1,0 +1,60 @@
+"""``testbed run``: run every config x repeat of a spec and write a run folder with its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from testbed.cli.app import app
+from testbed.cli.common import out_console, parse_interval, progress_bar, say_problems, summary_table
+from testbed.config.errors import UserError
+
+__all__ = ["run"]
+
+
+@app.command()
+def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML); with --resume, default the saved one"),
+        out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="finish this interrupted run folder: run only "
+                                              "the config repeats it lacks (the spec must be the same)"),
+        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
+        set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
+        monitor_interval: str = typer.Option("200ms", "--monitor-interval",
+                                             help="node monitors' sampling interval ('0' turns them off)")) -> None:
+    """Run every config x repeat of SPEC and write a run folder with its report."""
+    from testbed.report.sections import write_report
+    from testbed.runner.run import run_experiment
+
+    interval_s = parse_interval(monitor_interval)
+    experiment = _spec_for_run(spec, resume, out, set_)
+    with progress_bar() as bar:
+        task = bar.add_task(experiment.name, total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total or None)
+
+        folder = run_experiment(experiment, out=out, address=address, progress=progress,
+                                monitor_interval_s=interval_s, resume=resume)
+    write_report(folder.path)
+    out_console.print(summary_table(folder.summary()))
+    say_problems(folder)
+    out_console.print(f"results: {folder.path}")
+
+
+def _spec_for_run(spec: Optional[Path], resume: Optional[Path], out: Optional[Path], overrides: list[str]):
+    """The spec to run: SPEC with its --set overrides; with --resume and no SPEC, the folder's own."""
+    from testbed.config.spec import load_spec, parse_spec
+    if resume is not None and out is not None:
+        raise UserError("--resume appends to the folder it names; leave out --out")
+    if spec is not None:
+        return load_spec(spec, overrides=overrides)
+    if resume is None:
+        raise UserError("give a spec file (testbed run SPEC), or --resume RUN_DIR to finish an interrupted run")
+    from testbed.config.spec import with_reliability_defaults
+    from testbed.records.rundir import RunFolder
+    saved = RunFolder.open(resume).manifest.get("spec")
+    if not isinstance(saved, dict):
+        raise UserError(f"{resume}: the manifest holds no spec; give the spec file as well")
+    return parse_spec(with_reliability_defaults(saved), source=f"{resume}/manifest.json", overrides=overrides)
