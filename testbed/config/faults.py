@@ -1,5 +1,7 @@
 """Faults injected from the spec, and the plan each actor follows. Pure: pydantic only.
 
+The plan functions take a config (``testbed.config.spec.ConfigFields``) by attribute.
+
 A spec's ``faults:`` list holds entries of three kinds (the ``kind`` field picks one):
 
 - ``kill_worker`` {worker, step}: worker ``worker``'s process exits just before it starts
@@ -19,12 +21,11 @@ worker per step, so ``workers * steps`` in all. docs/reliability.md has the whol
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from testbed.config.spec import ConfigFields
+from testbed.config.choices import SyncMode
 
 __all__ = ["KillWorker", "Straggler", "KillServer", "Fault", "WorkerFaults", "ShardFaults", "worker_faults",
            "shard_faults", "check_faults", "lost_updates_expected"]
@@ -79,7 +80,7 @@ class ShardFaults:
     checkpoint_every: int = 0
 
 
-def worker_faults(cfg: "ConfigFields", worker: int) -> WorkerFaults:
+def worker_faults(cfg: Any, worker: int) -> WorkerFaults:
     kills = tuple(sorted(f.step for f in cfg.faults if isinstance(f, KillWorker) and f.worker == worker))
     slow = [f for f in cfg.faults if isinstance(f, Straggler) and f.worker == worker]
     if slow:
@@ -87,7 +88,7 @@ def worker_faults(cfg: "ConfigFields", worker: int) -> WorkerFaults:
     return WorkerFaults(kills)
 
 
-def shard_faults(cfg: "ConfigFields", shard: int) -> ShardFaults:
+def shard_faults(cfg: Any, shard: int) -> ShardFaults:
     kills = tuple(sorted(f.update for f in cfg.faults if isinstance(f, KillServer) and f.shard == shard))
     return ShardFaults(kills, cfg.checkpoint_every)
 
@@ -97,7 +98,7 @@ def lost_updates_expected(update: int, checkpoint_every: int) -> int:
     return update % checkpoint_every if checkpoint_every > 0 else update
 
 
-def check_faults(cfg: "ConfigFields") -> None:
+def check_faults(cfg: Any) -> None:
     """Raise ``ValueError`` (turned into a one-line spec error) for a fault that can't happen
     as written: an index out of range, a step or update past the end, too few restarts."""
     steps, workers, servers = cfg.steps, cfg.workers, cfg.servers
@@ -126,7 +127,7 @@ def check_faults(cfg: "ConfigFields") -> None:
             if f.update >= total:
                 raise ValueError(f"{where}: update must be in 1..{total - 1} (each shard applies workers x steps "
                                  f"= {total} updates), got {f.update}")
-            if cfg.sync.value == "sync":
+            if cfg.sync is SyncMode.SYNC:
                 raise ValueError(f"{where}: kill_server needs sync 'async' or 'ssp': the 'sync' barrier counts "
                                  f"every update, and lost updates would never arrive")
             kills[f"shard {f.shard}"] = kills.get(f"shard {f.shard}", 0) + 1

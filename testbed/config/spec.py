@@ -12,7 +12,6 @@ per point of the Cartesian product of the sweep lists, each with a stable id.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import itertools
 import json
@@ -23,6 +22,7 @@ from typing import Annotated, Any, Optional
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from testbed.config.choices import ComputeMode, InitIO, JitterDist, Partition, PlacementStrategy, StepReads, SyncMode
 from testbed.config.errors import UserError
 from testbed.config.faults import Fault, check_faults
 from testbed.config.units import parse_bytes, parse_seconds
@@ -49,50 +49,6 @@ _ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadl
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
-
-
-class ComputeMode(str, enum.Enum):
-    """How a worker spends its compute time per step."""
-    SLEEP = "sleep"    # exact duration, no CPU: an accelerator doing the work
-    SPIN = "spin"      # busy CPU for the duration
-    MATMUL = "matmul"  # real FLOPs through numpy; duration depends on the hardware
-
-
-class SyncMode(str, enum.Enum):
-    """How workers are kept consistent (docs/consistency.md has the semantics and the bounds)."""
-    ASYNC = "async"  # asynchronous SGD, as the reference study's system ran it
-    SYNC = "sync"    # bulk-synchronous: a barrier per step
-    SSP = "ssp"      # stale-synchronous: at most `staleness` steps ahead of the slowest
-
-
-class InitIO(str, enum.Enum):
-    PARALLEL = "parallel"      # all workers read at once
-    SEQUENTIAL = "sequential"  # one worker after another, enforced by the I/O gate
-
-
-class Partition(str, enum.Enum):
-    SHARD = "shard"  # each worker reads D / N bytes
-    FULL = "full"    # each worker reads all D bytes (CNTK's reader)
-
-
-class StepReads(str, enum.Enum):
-    NONE = "none"
-    SEQUENTIAL = "sequential"
-    RANDOM = "random"
-
-
-class JitterDist(str, enum.Enum):
-    NONE = "none"
-    UNIFORM = "uniform"
-    NORMAL = "normal"
-    LOGNORMAL = "lognormal"
-    EXPONENTIAL = "exponential"
-
-
-class PlacementStrategy(str, enum.Enum):
-    PACK = "pack"
-    SPREAD = "spread"
-    STRICT_SPREAD = "strict_spread"
 
 
 class _Strict(BaseModel):
