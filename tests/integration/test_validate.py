@@ -11,7 +11,7 @@ from testbed.cli.validate import validate
 from testbed.config.spec import parse_spec
 from testbed.records.rundir import RunFolder
 from testbed.report.comparison import PLOTS
-from testbed.report.sections import write_report
+from testbed.report.writer import write_report
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,9 @@ import pandas as pd
 from testbed.config.spec import expand, parse_spec
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
 from testbed.records.rundir import RunFolder
-from testbed.report.sections import clock_section, markdown_table, max_clock_offset_ns, write_report
+from testbed.report.markdown import markdown_table
+from testbed.report.sections import clock_section, max_clock_offset_ns
+from testbed.report.writer import write_report
 
 
 def build_folder(path, with_monitor=True):
