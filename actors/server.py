@@ -37,13 +37,11 @@ import numpy as np
 
 from actors.state import checkpoint_path, crash_path, load_state, save_state
 from testbed.config.faults import ShardFaults
+from testbed.emulation.apply import apply_in_place, apply_scratch
 from testbed.emulation.compute import initial_parameters
 from testbed.records.events import EventRecorder, Phase
 
 __all__ = ["ParameterServer", "ServerActor"]
-
-# Elements per apply chunk: 256 KiB of float32, so a chunk of g, w and the scratch fit in L2.
-_APPLY_CHUNK = 1 << 16
 
 
 class ParameterServer:
@@ -67,9 +65,8 @@ class ParameterServer:
         self.wait_timeout_s = wait_timeout_s
         self._sleep = sleep
         self.w = initial_parameters(seed, lo, hi)
-        # Scratch for lr * g, reused: no allocation per update. Large slices are applied in
-        # cache-sized chunks so g, w and the scratch stay in cache between the two passes.
-        self._scaled = np.empty(min(self.w.size, _APPLY_CHUNK), dtype=np.float32)
+        # Scratch for lr * g, reused: no allocation per update (testbed.emulation.apply says why).
+        self._scaled = apply_scratch(self.w.size)
         self._lock = threading.Lock()
         self._applied = threading.Condition(self._lock)  # notified after an apply when pulls wait
         self._waiting = 0                # pulls blocked in pull_at
@@ -124,12 +121,7 @@ class ParameterServer:
 
     def _apply(self, grad: np.ndarray) -> None:
         """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
-        w, scratch, lr = self.w, self._scaled, self.learning_rate
-        for lo in range(0, w.size, _APPLY_CHUNK):
-            hi = min(lo + _APPLY_CHUNK, w.size)
-            part = scratch[: hi - lo]
-            np.multiply(grad[lo:hi], lr, out=part)
-            np.subtract(w[lo:hi], part, out=w[lo:hi])
+        apply_in_place(self.w, grad, self.learning_rate, self._scaled)
 
     def pull(self) -> tuple[int, np.ndarray]:
         """The shard's version and a consistent copy of its parameters."""

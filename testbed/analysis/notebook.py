@@ -24,7 +24,7 @@ import pandas as pd
 from testbed.analysis.validation import Comparison
 from testbed.config.errors import UserError
 from testbed.records.rundir import RunFolder
-from testbed.records.summary import summarize
+from testbed.records.summary import shown_columns, summarize
 
 __all__ = ["RunData", "RUN_ENV", "PAPER_EXPERIMENTS", "find_runs", "newest_run", "resolve_run", "resolve_paper_runs",
            "load_run", "manifest_table", "summary_table", "combine_runs"]
@@ -166,15 +166,9 @@ def manifest_table(manifest: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
-_SUMMARY_SHOWN = ["config_id", "repeat", "group", "workers", "servers", "sync", "init_io", "partition", "status",
-                  "setup_s", "init_s", "train_s", "total_s", "steps_per_s", "read_mean_s", "compute_mean_s",
-                  "push_mean_s", "pull_mean_s", "barrier_mean_s", "queue_mean_s", "apply_mean_s", "staleness_mean"]
-
-
 def summary_table(run: RunData) -> pd.DataFrame:
-    """The measured summary's main columns (the phases that were measured at all)."""
-    shown = [c for c in _SUMMARY_SHOWN if c in run.summary and not run.summary[c].isna().all()]
-    return run.summary[shown].reset_index(drop=True)
+    """The measured summary's main columns (``SHOWN_COLUMNS``: the phases that were measured at all)."""
+    return run.summary[shown_columns(run.summary)].reset_index(drop=True)
 
 
 def combine_runs(runs: dict[str, RunData]) -> tuple[pd.DataFrame, Optional[pd.DataFrame]]:

@@ -1,5 +1,10 @@
-"""``python -m benchmarks`` (or ``testbed bench``): run every figure, or those named with
-``--only``, write ``benchmarks/results.json`` and print the table.
+"""``testbed bench`` (or ``python -m benchmarks`` in a checkout): run every figure, or those
+named with ``--only``, write ``results.json`` into the output folder and print the table.
+
+Where the results go: ``--out DIR`` (``DIR/results.json``, merged with what is there), by
+default a new folder ``bench-results/<date>-<time>/`` in the current directory. The
+checkout's committed figures (``benchmarks/results.json``) change only when asked, with
+``--update-repo-results`` (or ``--out benchmarks`` from the checkout's top folder).
 
 Figures run one after another, each on its own fresh local Ray (2 CPUs), so none inherits
 another's processes; within a figure the compared arms are interleaved. ``--quick`` runs a
@@ -15,11 +20,20 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from testbed.bench.common import RESULTS_FILE, format_table, load_average, now_iso, write_results
+from testbed.bench.common import (
+    RESULTS_NAME,
+    default_out_dir,
+    format_table,
+    load_average,
+    now_iso,
+    repo_results_dir,
+    write_results,
+)
 
-__all__ = ["FIGURES", "main", "run_figures"]
+__all__ = ["FIGURES", "main", "run_figures", "results_path"]
 
-# Figure name -> module (each has ``run(quick) -> Figure``), in the issue's order.
+# Figure name -> module (each has ``run(quick) -> Figure``), in the order of the figures'
+# numbers (their titles and the README's benchmark table).
 FIGURES = {
     "apply_bandwidth": "testbed.bench.apply_bandwidth",
     "disk_init": "testbed.bench.disk_init",
@@ -31,8 +45,28 @@ FIGURES = {
 }
 
 
-def run_figures(names: Sequence[str], quick: bool, out: Path = RESULTS_FILE) -> dict:
-    """Run the named figures and merge them into the results file; returns the document.
+class UsageError(Exception):
+    """A bad option: one line naming it and the fix; exit code 2."""
+
+
+def results_path(out: Optional[Path], update_repo_results: bool) -> Path:
+    """The results file the options name: ``out/results.json``, the checkout's
+    ``benchmarks/results.json`` (``update_repo_results``), else a new dated folder's."""
+    if out is not None and update_repo_results:
+        raise UsageError("--out and --update-repo-results name two places; give one")
+    if update_repo_results:
+        folder = repo_results_dir()
+        if folder is None:
+            raise UsageError("--update-repo-results: this testbed is not a source checkout (no benchmarks/"
+                             "results.json beside it); give --out DIR instead")
+        return folder / RESULTS_NAME
+    if out is not None and (out.is_file() or out.suffix == ".json"):
+        raise UsageError(f"--out {out}: give a folder (results.json is written inside it)")
+    return (out if out is not None else default_out_dir()) / RESULTS_NAME
+
+
+def run_figures(names: Sequence[str], quick: bool, out: Path) -> dict:
+    """Run the named figures and merge them into the results file ``out``; returns the document.
     A figure that fails is reported and the others still run; the exit code says so."""
     started, load = now_iso(), load_average()
     figures, failed = [], []
@@ -49,22 +83,29 @@ def run_figures(names: Sequence[str], quick: bool, out: Path = RESULTS_FILE) -> 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="testbed bench", description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help=f"comma-separated figures: {', '.join(FIGURES)}")
     parser.add_argument("--quick", action="store_true", help="a short smoke version of each figure")
-    parser.add_argument("--out", type=Path, default=RESULTS_FILE, help="results file (JSON)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for results.json (default: a new bench-results/<date>-<time>/ here)")
+    parser.add_argument("--update-repo-results", action="store_true",
+                        help="write the source checkout's benchmarks/results.json (the committed figures)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(FIGURES)
     unknown = [n for n in names if n not in FIGURES]
-    if unknown:
-        print(f"error: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}", file=sys.stderr)
+    try:
+        if unknown:
+            raise UsageError(f"--only: unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}")
+        out = results_path(args.out, args.update_repo_results)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    doc = run_figures(names, args.quick, args.out)
+    doc = run_figures(names, args.quick, out)
     print()
     print(format_table([doc["figures"][n] for n in names if n in doc["figures"]]))
     run = doc["last_run"]
     print(f"\nload average {run['load_average_start']} -> {run['load_average_end']} on {run['versions']['cpu_count']} "
-          f"cores; written: {args.out}")
+          f"cores; written: {out}")
     if doc["failed"]:
         print(f"failed: {', '.join(doc['failed'])}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ For 16 MiB and 64 MiB gradients, interleaved (one push, then one baseline update
   every push, as in a run);
 - *baseline*: in another actor (the same kind of process), the same update on private,
   already-touched arrays of the same size, two ways: numpy's plain
-  ``np.subtract(w, lr * g, out=w)`` and the shard's own chunked kernel. The faster of the
+  ``np.subtract(w, lr * g, out=w)`` and the shard's own chunked kernel
+  (``testbed.emulation.apply``). The faster of the
   two is the machine's in-place update bandwidth (the memory limit) for that size.
 
 Bandwidth is gradient bytes per second; the check is apply bandwidth / baseline bandwidth
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from testbed.bench.common import Check, Figure, load_average, now_iso, ray_local
+from testbed.emulation.apply import apply_in_place, apply_scratch
 
 __all__ = ["run", "Pusher", "Baseline", "TARGET"]
 
@@ -51,18 +53,13 @@ class Baseline:
         self.w = np.ones(nbytes // 4, dtype=np.float32)
         self.g = np.ones(nbytes // 4, dtype=np.float32)
         self.lr = np.float32(0.01)
-        self.scratch = np.empty(1 << 16, dtype=np.float32)
+        self.scratch = apply_scratch(self.w.size)
 
     def update_s(self) -> dict[str, float]:
-        from actors.server import _APPLY_CHUNK
         t0 = time.perf_counter()
         np.subtract(self.w, self.lr * self.g, out=self.w)
         t1 = time.perf_counter()
-        w, g, part = self.w, self.g, self.scratch
-        for lo in range(0, w.size, _APPLY_CHUNK):
-            hi = min(lo + _APPLY_CHUNK, w.size)
-            np.multiply(g[lo:hi], self.lr, out=part[: hi - lo])
-            np.subtract(w[lo:hi], part[: hi - lo], out=w[lo:hi])
+        apply_in_place(self.w, self.g, self.lr, self.scratch)  # the shard's own kernel
         t2 = time.perf_counter()
         return {"plain_s": t1 - t0, "chunked_s": t2 - t1}
 

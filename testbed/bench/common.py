@@ -8,7 +8,11 @@ Terms:
   A figure is met when all its checks are.
 
 The results file is one JSON document (``SCHEMA_VERSION``) with one entry per figure;
-running a subset (``--only``) replaces those entries and keeps the others.
+running a subset (``--only``) into a folder that has one replaces those entries and keeps
+the others. Where it goes: ``--out DIR`` (``DIR/results.json``), by default a new folder
+``bench-results/<date>-<time>/`` under the current directory; the source checkout's own
+``benchmarks/results.json`` only when asked (``--update-repo-results``), so an installed
+copy never writes inside its installation.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 __all__ = ["Check", "Figure", "ray_local", "load_average", "now_iso", "versions", "write_results",
-           "read_results", "format_table", "SCHEMA_VERSION", "RESULTS_FILE"]
+           "read_results", "format_table", "SCHEMA_VERSION", "RESULTS_NAME", "default_out_dir", "repo_results_dir"]
 
 SCHEMA_VERSION = 1
-RESULTS_FILE = Path(__file__).resolve().parent / "results.json"
+RESULTS_NAME = "results.json"
 _OPS = (">=", "<=")
 
 
@@ -114,7 +118,27 @@ def ray_local(object_store_bytes: int = 512 * 2**20, num_cpus: int = 2) -> Itera
         ray.shutdown()
 
 
-def read_results(path: Path = RESULTS_FILE) -> dict[str, Any]:
+def default_out_dir(root: str | Path = "bench-results") -> Path:
+    """A new folder for one benchmark run: ``<root>/<date>-<time>`` (a suffix if it exists)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path, n = Path(root) / stamp, 1
+    while path.exists():
+        n += 1
+        path = Path(root) / f"{stamp}-{n}"
+    return path
+
+
+def repo_results_dir() -> Optional[Path]:
+    """The source checkout's ``benchmarks/`` folder (the committed figures), or None when this
+    copy of the testbed is not a checkout (installed by pip: no such folder beside it)."""
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "benchmarks"
+    if (root / "pyproject.toml").is_file() and (folder / RESULTS_NAME).is_file():
+        return folder
+    return None
+
+
+def read_results(path: Path) -> dict[str, Any]:
     """The results document at ``path``; an empty one when there is none."""
     if not Path(path).is_file():
         return {"schema_version": SCHEMA_VERSION, "figures": {}}
@@ -124,7 +148,7 @@ def read_results(path: Path = RESULTS_FILE) -> dict[str, Any]:
     return doc
 
 
-def write_results(figures: Sequence[Figure], path: Path = RESULTS_FILE, *, started: str,
+def write_results(figures: Sequence[Figure], path: Path, *, started: str,
                   load_start: tuple[float, float, float], quick: bool) -> dict[str, Any]:
     """Merge ``figures`` into the document at ``path`` (replacing entries of the same name) and
     write it atomically; returns the document."""

@@ -18,8 +18,10 @@ speed drifts by 2x within seconds, so the headline figure is the median over rep
 ratio within one repeat (the arms of a repeat run back to back, in rotating order), with
 the ratio of the medians beside it. Target: testbed/fio >= 0.9.
 
-Run: ``python -m testbed.bench.disk_init_vs_fio [--dir DIR]`` (writes
-benchmarks/results/disk_init_vs_fio.json; the data set is removed afterwards unless ``--keep``).
+Run: ``python -m testbed.bench.disk_init_vs_fio [--dir DIR] [--out FILE]`` (writes
+``bench-results/<date>-<time>/disk_init_vs_fio.json`` in the current directory unless
+``--out`` says where, e.g. the checkout's ``benchmarks/results/disk_init_vs_fio.json``; the
+data set is removed afterwards unless ``--keep``).
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ import statistics
 import time
 from pathlib import Path
 
+from testbed.bench.common import default_out_dir
 from testbed.config.spec import DEFAULT_DATA_DIR, Data
 from testbed.config.units import parse_bytes
 from testbed.data.dataset import prepare_dataset
 from testbed.data.diskio import DirectReader, init_read_plan
 from testbed.data.fio import FioJob, FioResult, build_command, find_fio, parse_fio_json, run_fio
 
-RESULTS = Path(__file__).resolve().parent / "results" / "disk_init_vs_fio.json"
+RESULTS_NAME = "disk_init_vs_fio.json"
 TARGET_RATIO = 0.9
 
 
@@ -124,21 +127,23 @@ def main() -> None:
     parser.add_argument("--block-bytes", default="1MiB")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--keep", action="store_true", help="keep the data set for the next run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"result file (default: bench-results/<date>-<time>/{RESULTS_NAME} here)")
     args = parser.parse_args()
+    out = args.out if args.out is not None else default_out_dir() / RESULTS_NAME
     result, data_dir = measure(os.path.expanduser(args.dir), parse_bytes(args.dataset_bytes),
                                parse_bytes(args.block_bytes), args.repeats)
     if not args.keep:
         shutil.rmtree(data_dir)
     result["data_dir_removed"] = not args.keep
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"medians: testbed {result['testbed_median_bytes_per_s'] / 2**20:.0f} MiB/s, "
           f"fio {result['fio_median_bytes_per_s'] / 2**20:.0f} MiB/s, bare {result['bare_median_bytes_per_s'] / 2**20:.0f} MiB/s")
     print(f"testbed/fio {result['ratio_testbed_over_fio']:.3f} (median of per-repeat ratios; target >= {TARGET_RATIO}), "
           f"ratio of medians {result['ratio_of_medians_testbed_over_fio']:.3f}, "
           f"testbed/bare {result['ratio_testbed_over_bare']:.3f}")
-    print(f"written: {args.out}")
+    print(f"written: {out}")
 
 
 if __name__ == "__main__":

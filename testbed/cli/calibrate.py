@@ -57,25 +57,11 @@ def calibrate_disk_cmd(directory: Path = typer.Option(..., "--dir", help="direct
 
 
 def profile_table(profile) -> Table:
-    from testbed.config.units import format_bytes, format_seconds
+    """The profile's figures as a console table: the report's rows (``profile_rows``)."""
+    from testbed.report.profile_rows import profile_rows
     table = Table(title="hardware profile")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = [("cores per node", str(profile.cores_per_node)),
-            ("actor-call latency", format_seconds(profile.actor_call_latency_s)),
-            ("transfer bandwidth (same node)", f"{format_bytes(profile.transfer_bytes_per_s_local)}/s"),
-            ("server apply bandwidth", f"{format_bytes(profile.server_apply_bytes_per_s)}/s"),
-            ("server per-call overhead", format_seconds(profile.server_call_overhead_s)),
-            ("matmul rate", f"{profile.flops_per_s / 1e9:.1f} GFLOP/s")]
-    for key, value in sorted(profile.extra.items()):
-        if key.endswith("_bytes_per_s"):
-            rows.append((key, f"{format_bytes(value)}/s"))
-        else:
-            rows.append((key, format_seconds(value) if key.endswith("_s") else f"{value:.4g}"))
-    if profile.disk:
-        for jobs, bps in sorted(profile.disk.seq_read_bytes_per_s.items()):
-            rows.append((f"disk sequential read, {jobs} reader(s)", f"{format_bytes(bps)}/s"))
-        rows.append(("disk figures from", profile.disk.source))
-    for name, value in rows:
+    for name, value in profile_rows(profile):
         table.add_row(name, value)
     return table

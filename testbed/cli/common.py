@@ -21,28 +21,39 @@ out_console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True)
 
 
+# Short console headers; a column not named here shows under its own name.
+_TITLES = {"config_id": "config", "repeat": "rep", "workers": "N", "servers": "S", "gradient_bytes": "grad",
+           "init_io": "init io", "steps_per_s": "steps/s"}
+
+
+def _title(column: str) -> str:
+    if column.endswith("_mean_s"):
+        return f"{column[:-len('_mean_s')]} ms"
+    if column.endswith("_s") and column not in _TITLES:
+        return f"{column[:-2]} s"
+    return _TITLES.get(column, column)
+
+
+def _cell(column: str, value) -> str:
+    if column == "gradient_bytes":
+        return format_bytes(value)
+    if isinstance(value, float) and value != value:
+        return "-"
+    if column.endswith("_mean_s"):
+        return f"{value * 1e3:.3f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def summary_table(frame) -> Table:
-    """A compact table of a run's summary: one row per config and repeat."""
+    """A compact table of a run's summary, one row per config and repeat: the summary's shown
+    columns (``testbed.records.summary.SHOWN_COLUMNS``) without the knobs every row shares."""
+    from testbed.records.summary import shown_columns
     table = Table(title="summary (means per step)", show_lines=False)
-    cols = [("config_id", "config"), ("repeat", "rep"), ("workers", "N"), ("servers", "S"),
-            ("gradient_bytes", "grad"), ("init_s", "init s"), ("train_s", "train s"),
-            ("steps_per_s", "steps/s"), ("compute_mean_s", "compute ms"), ("push_mean_s", "push ms"),
-            ("queue_mean_s", "queue ms"), ("apply_mean_s", "apply ms")]
-    for _, title in cols:
-        table.add_column(title, justify="right")
+    columns = shown_columns(frame, varying_knobs_only=True)
+    for column in columns:
+        table.add_column(_title(column), justify="right")
     for _, row in frame.iterrows():
-        cells = []
-        for key, _ in cols:
-            v = row[key]
-            if key == "gradient_bytes":
-                cells.append(format_bytes(v))
-            elif key.endswith("_mean_s"):
-                cells.append("-" if v != v else f"{v * 1e3:.3f}")
-            elif isinstance(v, float):
-                cells.append(f"{v:.3f}")
-            else:
-                cells.append(str(v))
-        table.add_row(*cells)
+        table.add_row(*(_cell(c, row[c]) for c in columns))
     return table
 
 

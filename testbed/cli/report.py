@@ -19,7 +19,7 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
                                                   help="compare with the model on this profile (saved in the folder)")
            ) -> None:
     """Regenerate RUN_DIR's summary.csv, trace.json, plots and report.md from its records."""
-    from testbed.report.sections import write_report
+    from testbed.report.writer import write_report
     if profile is not None:
         from testbed.model.profile import check_profile_machine, load_profile, save_profile
         from testbed.records.rundir import PROFILE_FILE, RunFolder

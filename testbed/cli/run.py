@@ -24,7 +24,7 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
         monitor_interval: str = typer.Option("200ms", "--monitor-interval",
                                              help="node monitors' sampling interval ('0' turns them off)")) -> None:
     """Run every config x repeat of SPEC and write a run folder with its report."""
-    from testbed.report.sections import write_report
+    from testbed.report.writer import write_report
     from testbed.runner.run import run_experiment
 
     interval_s = parse_interval(monitor_interval)

@@ -104,7 +104,7 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                             deadlines=default_deadlines(configs, profile))
     save_profile(profile, folder.path / PROFILE_FILE)
-    from testbed.report.sections import write_report
+    from testbed.report.writer import write_report
     write_report(folder.path)
     return folder
 

@@ -1,3 +1,4 @@
-"""What a worker emulates per step: compute (sleep, spin, matmul), gradients, initial
-parameters. Plain numpy; imports only ``testbed.config``.
+"""What the emulated actors compute: a worker's per step (compute: sleep, spin, matmul;
+gradients; initial parameters) and a shard's update kernel (``apply``). Plain numpy;
+imports only ``testbed.config``.
 """

@@ -4,8 +4,9 @@ Two definitions, reported side by side:
 
 - *asymptotic knee* ``N* = (Z + sum D) / D_max``: where the two asymptotes of a closed
   network cross, the light-load line ``N / (Z + sum D)`` and the bottleneck cap
-  ``1 / D_max``. For one server it is the issue's ``(Z + D) / D``. It ignores queueing,
-  so the real curve bends before it.
+  ``1 / D_max``. For one server it is ``(Z + D) / D``: the workers it takes to keep the
+  server busy (each uses it D of every Z + D seconds). It ignores queueing, so the real
+  curve bends before it.
 - *marginal knee*: the smallest n at which going from n to n + 1 workers adds less than
   ``fraction`` (one half) of the linear gain, the rate of one worker alone. It sees the
   queueing below N*, and, applied to the whole job's rate, the init phase too.

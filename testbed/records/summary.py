@@ -15,7 +15,8 @@ import pandas as pd
 from testbed.config.spec import Workload
 from testbed.records.events import Phase, Role
 
-__all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns"]
+__all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns", "SHOWN_COLUMNS", "SHOWN_KNOBS",
+           "shown_columns"]
 
 # Per-step phases whose mean duration the summary reports, in step order.
 STEP_PHASES = (Phase.READ, Phase.COMPUTE, Phase.PUSH, Phase.PULL, Phase.BARRIER, Phase.QUEUE, Phase.APPLY,
@@ -30,6 +31,25 @@ SUMMARY_COLUMNS = [
 ] + [f"{p.value}_mean_s" for p in STEP_PHASES] + ["worker_cpu_per_step_s", "server_cpu_per_step_s", "staleness_mean",
                                                   "staleness_p50", "staleness_p99", "staleness_max"]
 
+
+# The summary's columns worth reading at a glance, in the order every view shows them (the
+# report's summary table, the notebooks' ``summary_table``, the console after a run); the
+# CSV keeps all of ``SUMMARY_COLUMNS``. ``group`` is added by the comparison (analysis).
+SHOWN_KNOBS = ("sync", "gradient_bytes", "init_io", "partition", "status")
+SHOWN_COLUMNS = ["config_id", "repeat", "group", "workers", "servers", *SHOWN_KNOBS,
+                 "setup_s", "init_s", "train_s", "total_s", "steps_per_s",
+                 "read_mean_s", "compute_mean_s", "push_mean_s", "pull_mean_s", "barrier_mean_s",
+                 "queue_mean_s", "apply_mean_s", "staleness_mean"]
+
+
+def shown_columns(summary: pd.DataFrame, *, varying_knobs_only: bool = False) -> list[str]:
+    """The ``SHOWN_COLUMNS`` that ``summary`` has and measured (not NaN on every row; a phase
+    that never happened is left out). ``varying_knobs_only``: also leave out the knobs
+    (``SHOWN_KNOBS``) that are the same on every row, for the compact views."""
+    shown = [c for c in SHOWN_COLUMNS if c in summary and not summary[c].isna().all()]
+    if varying_knobs_only and len(summary) > 0:
+        shown = [c for c in shown if c not in SHOWN_KNOBS or summary[c].nunique(dropna=False) > 1]
+    return shown
 
 def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
     """The knobs of a config (as dumped in the manifest) that the summary carries."""

@@ -1,37 +1,33 @@
 """The report's model sections: the comparison of a run with every model family, rendered
-as markdown, and its files (summary.csv with the prediction and error columns,
-predictions.csv, errors.csv, knees.csv, plots/*.png) written into the run folder.
+as markdown, and its files (predictions.csv, errors.csv, knees.csv, plots/*.png), returned
+for the report's writer to put into the run folder.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from testbed.analysis.compare import MODELS
 from testbed.analysis.validation import Comparison, init_fit
-from testbed.config.units import format_bytes, format_seconds
 from testbed.model.profile import HardwareProfile
-from testbed.records.rundir import RunFolder
 from testbed.report import plots
+from testbed.report.markdown import frame_table, markdown_table
+from testbed.report.profile_rows import profile_rows
 
-__all__ = ["write_comparison", "comparison_markdown", "profile_markdown", "PLOTS"]
+__all__ = ["comparison_files", "comparison_markdown", "profile_markdown", "PLOTS"]
 
 PLOTS = ("init_vs_workers", "train_vs_workers", "total_vs_workers", "speedup_vs_workers", "phase_breakdown",
          "measured_vs_predicted")
 
 
-def write_comparison(folder: RunFolder, comparison: Comparison) -> list[Path]:
-    from testbed.records.rundir import atomic_write_text
-    written = []
-    for name, frame in (("summary.csv", comparison.compared), ("predictions.csv", comparison.predictions),
-                        ("errors.csv", comparison.errors), ("knees.csv", comparison.knees)):
-        atomic_write_text(folder.path / name, frame.to_csv(index=False))
-        written.append(folder.path / name)
-    plot_dir = folder.path / "plots"
-    plot_dir.mkdir(exist_ok=True)
+def comparison_files(comparison: Comparison) -> dict[str, Any]:
+    """The comparison's tables and plots, by path in the run folder (``summary.csv`` with the
+    prediction columns is the report writer's: it holds ``comparison.compared``)."""
+    files: dict[str, Any] = {"predictions.csv": comparison.predictions, "errors.csv": comparison.errors,
+                             "knees.csv": comparison.knees}
     c, curves = comparison.compared, comparison.curves
     figures = {
         "init_vs_workers": lambda: plots.phase_vs_workers(c, curves, "init"),
@@ -42,24 +38,12 @@ def write_comparison(folder: RunFolder, comparison: Comparison) -> list[Path]:
         "measured_vs_predicted": lambda: plots.measured_vs_predicted(c),
     }
     for name in PLOTS:
-        written.append(plots.save(figures[name](), plot_dir / f"{name}.png"))
-    return written
+        files[f"plots/{name}.png"] = figures[name]()
+    return files
 
 
-def _md_table(frame: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
-    if frame.empty:
-        return "_(none)_\n"
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in frame.iterrows():
-        cells = []
-        for v in row:
-            if isinstance(v, (float, np.floating)):
-                cells.append("-" if np.isnan(v) else floatfmt.format(v))
-            else:
-                cells.append("-" if v is None or v is pd.NA else str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+def _md_table(frame: pd.DataFrame) -> str:
+    return "\n".join(frame_table(frame)) + "\n"
 
 
 def _pct(v: float) -> str:
@@ -67,27 +51,8 @@ def _pct(v: float) -> str:
 
 
 def profile_markdown(profile: HardwareProfile) -> str:
-    p = profile
-    lines = ["| figure | value |", "|---|---|",
-             f"| nodes | {len(p.identity.get('nodes', [])) or 1} (cores per node: {p.cores_per_node}) |",
-             f"| CPU | {p.identity.get('cpu_model', '?')} |",
-             f"| actor-call latency L | {format_seconds(p.actor_call_latency_s)} |",
-             f"| transfer bandwidth W (same node) | {format_bytes(p.transfer_bytes_per_s_local)}/s |",
-             f"| server apply bandwidth A | {format_bytes(p.server_apply_bytes_per_s)}/s |",
-             f"| server per-call overhead o | {format_seconds(p.server_call_overhead_s)} |",
-             f"| matmul rate | {p.flops_per_s / 1e9:.1f} GFLOP/s |"]
-    for key, value in sorted(p.extra.items()):
-        shown = f"{format_bytes(value)}/s" if key.endswith("bytes_per_s") else (
-            format_seconds(value) if key.endswith("_s") else f"{value:g}")
-        lines.append(f"| {key} | {shown} |")
-    if p.disk:
-        for jobs, bps in sorted(p.disk.seq_read_bytes_per_s.items()):
-            lines.append(f"| disk sequential read, {jobs} reader(s) | {format_bytes(bps)}/s |")
-        lines.append(f"| disk figures from | {p.disk.source} ({p.disk.fs_type or '?'}) |")
-    if p.disk_reference:
-        for jobs, bps in sorted(p.disk_reference.seq_read_bytes_per_s.items()):
-            lines.append(f"| fio sequential read, {jobs} reader(s) (reference) | {format_bytes(bps)}/s |")
-    return "\n".join(lines) + "\n"
+    """The profile's figures (``profile_rows``, the same rows ``testbed calibrate`` prints) as a table."""
+    return "\n".join(markdown_table(profile_rows(profile), ["figure", "value"])) + "\n"
 
 
 def comparison_markdown(comparison: Comparison) -> str:

@@ -1,5 +1,6 @@
 """Plots of a run, shared by the report and the notebooks: each function takes tables
-(never files) and returns a matplotlib Figure; ``save`` writes it as PNG.
+(never files) and returns a matplotlib Figure; ``figure_png`` renders one as PNG bytes
+(the report's writer puts them on disk).
 
 Measured points carry their spread over repeats (mean with min-max bars); each model
 family is a line from ``compare.curve_predictions``.
@@ -8,7 +9,6 @@ family is a line from ``compare.curve_predictions``.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
@@ -20,9 +20,8 @@ from matplotlib.figure import Figure
 
 from testbed.analysis.compare import MODELS, measured_column
 from testbed.records.events import Phase, Role
-from testbed.records.rundir import atomic_write_bytes
 
-__all__ = ["phase_vs_workers", "speedup_vs_workers", "phase_breakdown", "measured_vs_predicted", "save",
+__all__ = ["phase_vs_workers", "speedup_vs_workers", "phase_breakdown", "measured_vs_predicted",
            "staleness_histogram", "utilisation",
            "figure_png", "utilisation_png", "show"]
 
@@ -154,13 +153,6 @@ def staleness_histogram(events: pd.DataFrame) -> Figure:
         ax.hist(values, bins=bins, histtype="step", color=f"C{k % 10}", label=config_id, density=True)
     return _finish(fig, ax, "staleness (updates applied since the worker's pull)", "fraction of updates",
                    "staleness of applied updates", legend_size=6)
-
-
-def save(fig: Figure, path: Path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` atomically (a reader never sees half a file)."""
-    path = Path(path)
-    atomic_write_bytes(path, figure_png(fig, dpi=110))
-    return path
 
 
 def _driver_spans(events: pd.DataFrame) -> pd.DataFrame:

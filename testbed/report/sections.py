@@ -1,10 +1,10 @@
-"""The report of a run folder: ``summary.csv`` regenerated from the events, ``trace.json``,
-``report.md`` and a per-node utilisation plot.
+"""The sections of a run folder's report: each returns content and writes nothing.
 
-Everything is derived from what the run folder holds (events, manifest, monitor
-samples), so a report can be rebuilt at any time with ``testbed report RUN_DIR``.
-Each section is a small function returning Markdown lines, so later sections (the
-model's predictions, measured against predicted) slot in beside them.
+A section returns its Markdown lines, or a ``Section`` when it also has files to put
+beside the report (a figure, a table); ``testbed.report.writer.write_report`` assembles the
+sections and writes every file once. Everything is derived from what the run folder holds
+(events, manifest, monitor samples, the profile it was predicted with), so a report can be
+rebuilt at any time with ``testbed report RUN_DIR``.
 
 Clocks: durations are monotonic per node and exact; start times are each node's wall
 clock. The manifest holds each node's estimated offset against the driver's clock;
@@ -13,55 +13,33 @@ the plot shifts the samples by it, and the report states the largest one.
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+import dataclasses
+from typing import Any, Optional
 
 import pandas as pd
 
+from testbed.analysis.validation import Comparison
 from testbed.records.events import Phase, Role
-from testbed.records.rundir import RunFolder, atomic_write_text
-from testbed.records.summary import summarize
-from testbed.records.trace import chrome_trace
+from testbed.records.rundir import RunFolder
+from testbed.records.summary import shown_columns
 from testbed.report import plots
+from testbed.report.comparison import comparison_files, comparison_markdown
+from testbed.report.markdown import frame_table, markdown_table
 
-__all__ = ["write_report", "markdown_table", "summary_section", "nodes_section", "clock_section",
-           "max_clock_offset_ns", "UTILISATION_PNG"]
+__all__ = ["Section", "data_section", "summary_section", "reliability_section", "model_section",
+           "staleness_section", "nodes_section", "clock_section", "utilisation_section", "max_clock_offset_ns",
+           "UTILISATION_PNG", "STALENESS_PNG"]
 
 UTILISATION_PNG = "utilisation.png"
-# Driver spans shaded on the plot; the colours are matplotlib's defaults, one per phase.
-_SUMMARY_SHOWN = ["config_id", "repeat", "workers", "servers", "setup_s", "init_s", "train_s", "steps_per_s",
-                  "compute_mean_s", "push_mean_s", "queue_mean_s", "apply_mean_s"]
+STALENESS_PNG = "plots/staleness.png"
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Regenerate the summary, the trace, the plot and ``report.md`` of a run folder; returns the report's path."""
-    folder = RunFolder.open(run_dir)
-    events = folder.events()
-    summary = summarize(events, folder.manifest["configs"], finished=folder.manifest.get("finished", []))
-    folder.write_summary(summary)
-    folder.write_trace(chrome_trace(events, folder.node_ips()))
-    resources = folder.resources()
-    figure = plots.utilisation(resources, events, folder.manifest.get("clock_offsets", {}))
-    plot = None if figure is None else plots.save(figure, folder.path / UTILISATION_PNG)
-    lines = [f"# {folder.manifest['experiment']}: run {folder.manifest['run_id']}", "",
-             f"Status: {folder.manifest['status']}; started {folder.manifest['started']}, "
-             f"ended {folder.manifest.get('ended')}.", ""]
-    lines += data_section(folder.manifest)
-    lines += summary_section(summary)
-    lines += reliability_section(folder.manifest, events, summary)
-    lines += model_sections(folder)
-    lines += staleness_section(folder, events)
-    lines += nodes_section(folder, events, resources)
-    lines += clock_section(folder.manifest)
-    if plot is not None:
-        lines += ["## Utilisation", "", f"![utilisation per node]({plot.name})", "",
-                  "CPU (left axis) and disk and network throughput (right axis) per node, sampled by the node "
-                  "monitors; the shaded spans are the driver's setup, init and train phases of each config.", ""]
-    lines += ["Trace: `trace.json` (open it in Perfetto or chrome://tracing).", ""]
-    path = folder.path / "report.md"
-    atomic_write_text(path, "\n".join(lines))
-    return path
+@dataclasses.dataclass
+class Section:
+    """A section's Markdown lines and the files it puts beside the report: path relative to
+    the run folder -> a matplotlib Figure (written as PNG), a DataFrame (CSV), str or bytes."""
+    lines: list[str]
+    files: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def data_section(manifest: dict[str, Any]) -> list[str]:
@@ -140,59 +118,53 @@ def _straggler_lines(configs: dict[str, Any], events: pd.DataFrame) -> list[str]
     if not rows:
         return []
     return ["Stragglers: mean compute per step from the straggler's first slow step, against the other workers "
-            "over the same steps (the model's predictions above do not yet include the straggler).", "",
+            "over the same steps. The model's predictions (below, when the folder holds a profile) include each "
+            "straggler to first order: its extra compute time (docs/model.md, Stragglers).", "",
             *markdown_table(rows, ["config_id", "straggler", "factor", "its compute s", "others' compute s",
                                    "measured ratio"]), ""]
 
 
-def model_sections(folder: RunFolder) -> list[str]:
-    """Measured against predicted, when the folder holds the profile the run was predicted with
-    (``testbed validate`` saves it; ``testbed report --profile`` can add one)."""
-    from testbed.records.rundir import PROFILE_FILE
-    path = folder.path / PROFILE_FILE
-    if not path.is_file():
-        return ["## Model", "", "No hardware profile in this folder, so no predictions: run `testbed validate`, "
-                "or `testbed report RUN_DIR --profile PROFILE`.", ""]
-    from testbed.analysis.validation import compare_run
-    from testbed.model.profile import load_profile
-    from testbed.report.comparison import comparison_markdown, write_comparison
-    comparison = compare_run(folder, load_profile(path))
-    write_comparison(folder, comparison)
-    return [comparison_markdown(comparison), ""]
+def model_section(comparison: Optional[Comparison]) -> Section:
+    """Measured against predicted, with its tables and plots, when the run folder holds the
+    profile the run was predicted with (``testbed validate`` saves it; ``testbed report
+    --profile`` can add one); ``comparison`` is None otherwise."""
+    if comparison is None:
+        return Section(["## Model", "", "No hardware profile in this folder, so no predictions: run `testbed "
+                        "validate`, or `testbed report RUN_DIR --profile PROFILE`.", ""])
+    return Section([comparison_markdown(comparison), ""], comparison_files(comparison))
 
 
-def staleness_section(folder: RunFolder, events: pd.DataFrame) -> list[str]:
+def staleness_section(events: pd.DataFrame) -> Section:
     """The staleness of applied updates: its distribution per config, when any was recorded."""
     applies = events[(events["phase"] == Phase.APPLY.value) & (events["staleness"] >= 0)]
     if applies.empty:
-        return []
-    (folder.path / "plots").mkdir(exist_ok=True)
-    plots.save(plots.staleness_histogram(events), folder.path / "plots" / "staleness.png")
+        return Section([])
     stats = applies.groupby("config_id", sort=False)["staleness"].agg(
         mean="mean", p50=lambda s: s.quantile(0.5), p99=lambda s: s.quantile(0.99), max="max").reset_index()
-    return ["## Staleness", "", "Updates applied to a shard between a worker's pull and its push of a gradient "
-            "(0: the gradient was computed on the newest parameters).", "",
-            *markdown_table(stats.itertuples(index=False, name=None), ["config_id", "mean", "p50", "p99", "max"]),
-            "", "![staleness](plots/staleness.png)", ""]
+    return Section(["## Staleness", "", "Updates applied to a shard between a worker's pull and its push of a "
+                    "gradient (0: the gradient was computed on the newest parameters).", "",
+                    *frame_table(stats), "", f"![staleness]({STALENESS_PNG})", ""],
+                   {STALENESS_PNG: plots.staleness_histogram(events)})
 
 
-def markdown_table(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> list[str]:
-    """A GitHub-flavoured Markdown table; floats with 4 significant digits, NaN as '-'."""
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:.4g}"
-        return str(v)
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return out
+def utilisation_section(manifest: dict[str, Any], events: pd.DataFrame,
+                        resources: Optional[pd.DataFrame]) -> Section:
+    """The per-node utilisation plot, when the node monitors sampled anything."""
+    figure = plots.utilisation(resources, events, manifest.get("clock_offsets", {}))
+    if figure is None:
+        return Section([])
+    return Section(["## Utilisation", "", f"![utilisation per node]({UTILISATION_PNG})", "",
+                    "CPU (left axis) and disk and network throughput (right axis) per node, sampled by the node "
+                    "monitors; the shaded spans are the driver's setup, init and train phases of each config.", ""],
+                   {UTILISATION_PNG: figure})
 
 
 def summary_section(summary: pd.DataFrame) -> list[str]:
     if summary.empty:
         return ["## Summary", "", "No config finished.", ""]
-    shown = summary[_SUMMARY_SHOWN]
+    shown = shown_columns(summary, varying_knobs_only=True)
     return ["## Summary", "", "Per config and repeat; phase means per step, in seconds (`summary.csv` has all "
-            "columns).", "", *markdown_table(shown.itertuples(index=False, name=None), _SUMMARY_SHOWN), ""]
+            "columns).", "", *frame_table(summary[shown]), ""]
 
 
 def nodes_section(folder: RunFolder, events: pd.DataFrame, resources: Optional[pd.DataFrame]) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from testbed.config.errors import UserError
 from testbed.config.spec import expand, load_spec, parse_spec
 from testbed.records.rundir import RUN_FOLDER_ENTRIES, RunFolder
-from testbed.report.sections import write_report
+from testbed.report.writer import write_report
 from testbed.runner.nodes import alive_nodes, prepare_on_nodes
 from testbed.runner.run import run_config, run_experiment
 

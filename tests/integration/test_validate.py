@@ -1,7 +1,9 @@
 """testbed validate end to end on real local Ray: calibrate, run, predict, compare, report."""
 
+import json
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -9,9 +11,10 @@ from testbed.analysis.compare import COMPARED_PHASES, MODELS
 from testbed.calibration.calibrate import calibrate
 from testbed.cli.validate import validate
 from testbed.config.spec import parse_spec
+from testbed.model.profile import load_profile
 from testbed.records.rundir import RunFolder
 from testbed.report.comparison import PLOTS
-from testbed.report.sections import write_report
+from testbed.report.writer import write_report
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +43,42 @@ def validated(ray_local, cache_dir, tmp_path_factory):
     return validate(spec, out=base / "run", quick_calibration=True, monitor_interval_s=0.1)
 
 
-def test_every_file_of_the_run_folder_is_written(validated):
+def test_every_file_of_the_run_folder_is_written_with_its_content(validated):
     path = validated.path
-    for name in ("manifest.json", "summary.csv", "predictions.csv", "errors.csv", "knees.csv", "report.md",
-                 "trace.json", "profile.json", "resources.parquet", "utilisation.png"):
-        assert (path / name).is_file(), name
-    assert len(list((path / "events.parquet").glob("*.parquet"))) == 3
-    for plot in PLOTS:
-        assert (path / "plots" / f"{plot}.png").stat().st_size > 1000, plot
     assert RunFolder.open(path).manifest["status"] == "complete"
+    assert len(list((path / "events.parquet").glob("*.parquet"))) == 3
+    configs = set(pd.read_csv(path / "summary.csv")["config_id"])
+    assert len(configs) == 3
+    # every family predicted every config, with finite positive times
+    predictions = pd.read_csv(path / "predictions.csv")
+    for model in MODELS:
+        mine = predictions[predictions["model"] == model]
+        assert set(mine["config_id"]) == configs, model
+        assert np.isfinite(mine[["init_s", "train_s", "total_s"]].to_numpy()).all() and (mine["total_s"] > 0).all()
+    # every family has finite error statistics for the driver-measured phases
+    errors = pd.read_csv(path / "errors.csv")
+    for model in MODELS:
+        mine = errors[errors["model"] == model].set_index("phase")
+        assert {"init", "train", "total"} <= set(mine.index), model
+        assert (mine["n"] == 3).all()  # one row per config (one repeat each)
+        assert np.isfinite(mine[["median_abs_err", "max_abs_err"]].to_numpy()).all()
+        assert (mine["median_abs_err"] <= mine["max_abs_err"]).all()
+    knees = pd.read_csv(path / "knees.csv")
+    assert set(knees["model"]) == set(MODELS) and set(knees["knee_of"]) == {"train", "job"}
+    # the trace holds the events, the profile is the one the run was predicted with
+    trace = json.loads((path / "trace.json").read_text())
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == len(RunFolder.open(path).events())
+    assert load_profile(path / "profile.json").disk is not None  # measured on the data set the run read
+    assert len(pd.read_parquet(path / "resources.parquet")) > 0
+    for png in [path / "utilisation.png", *(path / "plots" / f"{plot}.png" for plot in PLOTS)]:
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 1000, png
+    # the report names every section and links every plot it wrote
+    text = (path / "report.md").read_text()
+    for section in ("## Summary", "## Hardware profile", "## Measured vs predicted", "## Error per family and phase",
+                    "## Knees", "## Binding resource per config", "## Nodes", "## Clocks", "## Utilisation"):
+        assert section in text, section
+    for plot in PLOTS:
+        assert f"(plots/{plot}.png)" in text, plot
 
 
 def test_summary_has_every_prediction_and_error_column(validated):
@@ -95,5 +125,10 @@ def test_calibration_is_cached_per_machine(ray_local, cache_dir):
     assert path.parent == cache_dir / "profiles"
     again, path2, reused2 = calibrate(with_disk=False, quick=True)
     assert reused2 and path2 == path and again == first
-    fresh, _, reused3 = calibrate(with_disk=False, quick=True, recalibrate=True)
-    assert not reused3 and fresh.created >= first.created
+    inode = path.stat().st_ino
+    fresh, path3, reused3 = calibrate(with_disk=False, quick=True, recalibrate=True)
+    # measured again and the cache rewritten (a new file, replaced atomically), not the old one returned
+    assert not reused3 and path3 == path and path.stat().st_ino != inode
+    assert load_profile(path) == fresh
+    cached, _, reused4 = calibrate(with_disk=False, quick=True)
+    assert reused4 and cached == fresh

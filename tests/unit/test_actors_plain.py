@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from plain import config, rec
 
 from actors.server import ParameterServer
 from actors.worker import LocalServerClient, Worker
 from testbed.config.spec import Compute
 from testbed.emulation.compute import ComputePlan, GradientSource, initial_parameters, matmul_size
+from tests.factories import recorder as rec
+from tests.factories import run_config as config
 
 
 def build(cfg, sleeps=None):

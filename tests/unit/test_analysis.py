@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -10,19 +11,20 @@ from testbed import analysis
 from testbed.analysis.findings import ServerSaturation, _knee_shift
 from testbed.config.errors import UserError
 from testbed.config.spec import expand, parse_spec
-from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.model.profile import save_profile
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
 from testbed.records.rundir import RunFolder
 from testbed.report import plots
+from tests import factories
 
 STEPS = 10
 S = 10**9  # ns
 
 
-def profile() -> HardwareProfile:
-    return HardwareProfile(identity={}, cores_per_node=2, server_apply_bytes_per_s=4e9, server_call_overhead_s=1e-4,
-                           actor_call_latency_s=4e-4, transfer_bytes_per_s_local=1.5e9,
-                           disk=DiskProfile(seq_read_bytes_per_s={1: 4e8, 2: 5e8}, block_bytes=2**20))
+# Figures of the order a laptop measures, so the predictions look like a run's.
+profile = functools.partial(factories.profile, server_apply_bytes_per_s=4e9, server_call_overhead_s=1e-4,
+                            actor_call_latency_s=4e-4, transfer_bytes_per_s_local=1.5e9,
+                            disk=factories.disk({1: 4e8, 2: 5e8}, block_bytes=2**20))
 
 
 def build_run(path, name="exp", *, workers=(1, 2, 4), init_s=lambda n: 0.5 * n, rate=lambda n: 10.0 * min(n, 2),

@@ -3,13 +3,26 @@ figure at a small size. No timing assertions: targets belong to the benchmarks."
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+from pathlib import Path
 
 import pytest
 
+from testbed import bench
+from testbed.bench import __main__ as bench_main
 from testbed.bench import event_recording
-from testbed.bench.__main__ import FIGURES, main
-from testbed.bench.common import SCHEMA_VERSION, Check, Figure, format_table, read_results, write_results
+from testbed.bench.__main__ import FIGURES, main, results_path
+from testbed.bench.common import (
+    SCHEMA_VERSION,
+    Check,
+    Figure,
+    format_table,
+    read_results,
+    repo_results_dir,
+    write_results,
+)
 from testbed.bench.scale import largest_passing
 
 
@@ -81,4 +94,43 @@ def test_largest_passing_worker_count():
 def test_unknown_figure_is_a_usage_error(capsys):
     assert main(["--only", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
-    assert list(FIGURES)[0] == "apply_bandwidth" and len(FIGURES) == 7
+
+
+def test_the_registry_names_every_figure_module_and_only_those():
+    """Every module of testbed.bench with a ``run(quick)`` is registered (a new figure that is not
+    would never run), and every registered one imports and has that ``run``."""
+    bench_dir = Path(bench.__file__).parent
+    with_run = {f"testbed.bench.{p.stem}" for p in bench_dir.glob("*.py") if "\ndef run(" in p.read_text()}
+    assert set(FIGURES.values()) == with_run
+    assert len(set(FIGURES.values())) == len(FIGURES)
+    for name, module in FIGURES.items():
+        run = importlib.import_module(module).run
+        assert "quick" in inspect.signature(run).parameters, name
+
+
+def test_results_go_to_a_dated_folder_here_unless_told(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    default = results_path(None, False)
+    assert default.name == "results.json" and default.parent.parent == Path("bench-results")
+    assert not default.parent.exists()  # created only when the results are written
+    assert results_path(tmp_path / "mine", False) == tmp_path / "mine" / "results.json"
+    repo = repo_results_dir()
+    assert repo is not None and (repo / "results.json").is_file()  # this is a checkout
+    assert results_path(None, True) == repo / "results.json"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--out", "x.json"], "give a folder"),
+    (["--out", "somewhere", "--update-repo-results"], "give one"),
+])
+def test_bad_output_options_are_usage_errors(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert words in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_copy_outside_a_checkout_refuses_to_update_the_repository_results(monkeypatch, capsys):
+    monkeypatch.setattr(bench_main, "repo_results_dir", lambda: None)
+    assert main(["--update-repo-results"]) == 2
+    assert "--out DIR" in capsys.readouterr().err

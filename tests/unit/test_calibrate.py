@@ -5,7 +5,8 @@ import json
 import pytest
 
 from testbed.calibration.calibrate import fit_line, identity_key, machine_identity, reusable_profile
-from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.model.profile import save_profile
+from tests import factories
 
 NODES = [{"NodeManagerAddress": "10.0.0.2", "Alive": True, "Resources": {"CPU": 8.0, "memory": 30 * 2**30}},
          {"NodeManagerAddress": "10.0.0.1", "Alive": True, "Resources": {"CPU": 4.0, "memory": 14 * 2**30}},
@@ -13,9 +14,7 @@ NODES = [{"NodeManagerAddress": "10.0.0.2", "Alive": True, "Resources": {"CPU": 
 
 
 def profile(identity):
-    return HardwareProfile(identity=identity, cores_per_node=4, server_apply_bytes_per_s=5e9,
-                           server_call_overhead_s=1e-4, actor_call_latency_s=5e-4, transfer_bytes_per_s_local=2e9,
-                           disk=DiskProfile({1: 5e8, 2: 9e8}, block_bytes=2**20))
+    return factories.profile(identity=identity, cores_per_node=4, disk=factories.disk({1: 5e8, 2: 9e8}, block_bytes=2**20))
 
 
 def test_fit_line_recovers_latency_and_bandwidth():

@@ -5,7 +5,6 @@ import time
 
 import numpy as np
 import pytest
-from plain import config, rec
 
 from actors.clock import StepClock
 from actors.server import ParameterServer
@@ -13,6 +12,8 @@ from actors.worker import LocalServerClient, Worker
 from testbed.config.errors import UserError
 from testbed.config.spec import parse_spec
 from testbed.emulation.compute import GradientSource, initial_parameters
+from tests.factories import recorder as rec
+from tests.factories import run_config as config
 
 
 def shards_for(cfg, timeout_s=10.0):

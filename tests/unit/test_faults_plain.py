@@ -1,6 +1,8 @@
 """Fault planning, validation and the actors' recovery logic, without Ray (plain classes,
 crash hooks that raise instead of exiting the process)."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -10,18 +12,10 @@ from testbed.config.errors import UserError
 from testbed.config.faults import ShardFaults, lost_updates_expected, shard_faults, worker_faults
 from testbed.config.spec import expand, parse_spec
 from testbed.emulation.compute import GradientSource, initial_parameters
-from testbed.records.events import EventRecorder
+from tests.factories import recorder as rec
+from tests.factories import run_config
 
-
-def config(**fields):
-    base = {"name": "t", "workers": 2, "workload": {"steps": 6}, "compute": {"seconds": "1ms"},
-            "gradient_bytes": "4KiB"}
-    base.update(fields)
-    return expand(parse_spec(base))[0]
-
-
-def rec(actor, role):
-    return EventRecorder(run_id="r", config_id="c", repeat=0, actor=actor, role=role)
+config = functools.partial(run_config, workers=2)
 
 
 class Crashed(Exception):

@@ -8,6 +8,7 @@ and S = 1: t_push = t_pull = 2 ms, a = 1 ms, s_push = s_pull = 2 ms, D = 4 ms (k
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -15,26 +16,14 @@ import numpy as np
 import pytest
 
 from testbed.config.errors import UserError
-from testbed.config.spec import ConfigFields
 from testbed.model import Bound, ModelFamily, init_seconds, predict, predict_all, step_terms
-from testbed.model.profile import DiskProfile, HardwareProfile
+from tests import factories
+from tests.factories import MS
+from tests.factories import config_fields as config
 
-MS = 1e-3
-
-
-def profile(**changes) -> HardwareProfile:
-    base = dict(identity={"test": True}, cores_per_node=2, server_apply_bytes_per_s=1e6, server_call_overhead_s=MS,
-                actor_call_latency_s=MS, transfer_bytes_per_s_local=1e6, flops_per_s=1e9,
-                disk=DiskProfile(seq_read_bytes_per_s={1: 1e6, 2: 1.5e6, 4: 2e6}, block_bytes=4096,
-                                 rand_read_iops={4096: 500.0}))
-    base.update(changes)
-    return HardwareProfile(**base)
-
-
-def config(**fields) -> ConfigFields:
-    base = {"gradient_bytes": 1000, "compute": {"seconds": 0.01}, "workload": {"steps": 100}}
-    base.update(fields)
-    return ConfigFields.model_validate(base)
+# The round figures of the module's docstring (the factories' defaults), plus FLOPs and IOPS.
+profile = functools.partial(factories.profile, identity={"test": True}, flops_per_s=1e9,
+                            disk=factories.disk(rand_read_iops={4096: 500.0}))
 
 
 def test_terms_by_hand():

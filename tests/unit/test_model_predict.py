@@ -12,8 +12,9 @@ from testbed.cli.predict import format_table, write_csv
 from testbed.config.errors import UserError
 from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict, scaling_curve, step_terms
-from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.model.profile import save_profile
 from testbed.model.sweep import CSV_COLUMNS, parse_models, predict_spec
+from tests.factories import profile
 
 SPEC = """\
 name: demo
@@ -24,14 +25,6 @@ data: {init_io: sequential, partition: full}
 sweep:
   workers: [1, 8]
 """
-
-
-def profile(**changes) -> HardwareProfile:
-    base = dict(identity={}, cores_per_node=2, server_apply_bytes_per_s=1e6, server_call_overhead_s=1e-3,
-                actor_call_latency_s=1e-3, transfer_bytes_per_s_local=1e6,
-                disk=DiskProfile(seq_read_bytes_per_s={1: 1e6, 2: 1.5e6, 4: 2e6}, block_bytes=4096))
-    base.update(changes)
-    return HardwareProfile(**base)
 
 
 @pytest.fixture

@@ -1,24 +1,21 @@
 """Stragglers in the model: hand-computed cases."""
 
+import functools
+
 import pytest
 
-from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict
-from testbed.model.profile import HardwareProfile
 from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
+from tests import factories
+from tests.factories import config_fields
 
-MS = 1e-3
-
-
-def profile():
-    return HardwareProfile(identity={}, cores_per_node=2, server_apply_bytes_per_s=1e9, server_call_overhead_s=MS,
-                           actor_call_latency_s=MS, transfer_bytes_per_s_local=1e9)
+# Fast transfers and applies (1 GB/s) and no disk: the stragglers' compute dominates.
+profile = functools.partial(factories.profile, server_apply_bytes_per_s=1e9, transfer_bytes_per_s_local=1e9, disk=None)
 
 
 def config(sync="async", faults=(), workers=4):
-    return ConfigFields.model_validate({
-        "workers": workers, "sync": sync, "gradient_bytes": 4096, "compute": {"seconds": 0.01},
-        "workload": {"steps": 10}, "restarts": 1, "faults": list(faults)})
+    return config_fields(workers=workers, sync=sync, gradient_bytes=4096, workload={"steps": 10}, restarts=1,
+                         faults=list(faults))
 
 
 SLOW = {"kind": "straggler", "worker": 1, "factor": 3.0, "from_step": 5}

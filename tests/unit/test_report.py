@@ -1,13 +1,35 @@
-"""The report of a run folder built by hand: no Ray."""
+"""The report of a run folder built by hand, its renderer, tables and writer: no Ray."""
 
+import dataclasses
 import json
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from testbed.cli.calibrate import profile_table
+from testbed.cli.common import summary_table
 from testbed.config.spec import expand, parse_spec
+from testbed.emulation.apply import APPLY_CHUNK_ELEMENTS, apply_in_place, apply_scratch
+from testbed.model.profile import HardwareProfile, save_profile
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
-from testbed.records.rundir import RunFolder
-from testbed.report.sections import clock_section, markdown_table, max_clock_offset_ns, write_report
+from testbed.records.rundir import PROFILE_FILE, RunFolder
+from testbed.records.summary import SHOWN_COLUMNS, shown_columns
+from testbed.report import writer
+from testbed.report.comparison import PLOTS, profile_markdown
+from testbed.report.markdown import frame_table, markdown_table
+from testbed.report.profile_rows import profile_rows
+from testbed.report.sections import (
+    STALENESS_PNG,
+    UTILISATION_PNG,
+    clock_section,
+    max_clock_offset_ns,
+    model_section,
+    staleness_section,
+    utilisation_section,
+)
+from testbed.report.writer import write_report
+from tests import factories
 
 
 def build_folder(path, with_monitor=True):
@@ -74,3 +96,89 @@ def test_markdown_table_and_clock_bound():
         "| a | b | c |", "|---|---|---|", "| 1 | 0.1235 | - |"]
     assert max_clock_offset_ns({}) is None
     assert "no clock-offset estimate" in clock_section({})[2]
+
+
+def test_the_renderer_formats_every_cell_type_and_says_when_a_table_is_empty():
+    frame = pd.DataFrame({"name": ["a", None], "x": [np.float32(0.5), float("nan")], "n": [1, 2],
+                          "flag": pd.array([True, pd.NA], dtype="boolean")})
+    assert frame_table(frame) == ["| name | x | n | flag |", "|---|---|---|---|", "| a | 0.5 | 1 | True |",
+                                  "| - | - | 2 | - |"]
+    assert frame_table(frame.iloc[:0]) == ["_(none)_"]
+    assert markdown_table([], ["a"]) == ["_(none)_"]
+
+
+def test_profile_rows_list_every_figure_once_in_its_unit_and_survive_new_fields():
+    p = factories.profile(identity={"cpu_model": "Imaginary CPU", "nodes": [{}, {}]}, flops_per_s=2e10,
+                          extra={"object_store_call_s": 2e-3}, setup_s_by_actors={2: 0.5, 8: 1.5},
+                          created="2026-01-01T00:00:00+00:00")
+    rows = dict(profile_rows(p))
+    assert len(rows) == len(profile_rows(p))  # no figure twice
+    assert rows["nodes"] == "2" and rows["CPU"] == "Imaginary CPU" and rows["cores per node"] == "2"
+    assert rows["actor-call latency L"] == "1 ms" and rows["transfer bandwidth W (same node)"] == "977 KiB/s"
+    assert rows["matmul rate"] == "20.0 GFLOP/s" and rows["object_store_call_s"] == "2 ms"
+    assert rows["start-up of 8 actors at once"] == "1.5 s"
+    assert rows["disk sequential read, 4 reader(s)"] == "1.91 MiB/s" and rows["disk figures from"] == "fio (?)"
+    assert "transfer bandwidth (between nodes)" not in rows and not any("fio (reference)" in k for k in rows)
+    # a figure added to the profile later shows up under its own name, in its unit, without an edit
+    later = dataclasses.make_dataclass("LaterProfile", [("pull_copy_bytes_per_s", float, 3 * 2**30)],
+                                       bases=(HardwareProfile,), frozen=True)
+    assert dict(profile_rows(later(**dataclasses.asdict(p) | {"disk": p.disk})))["pull_copy_bytes_per_s"] == "3 GiB/s"
+    # both tables show these rows: the report's and calibrate's
+    assert "| matmul rate | 20.0 GFLOP/s |" in profile_markdown(p)
+    table = profile_table(p)
+    assert table.row_count == len(rows) and list(table.columns[1].cells) == [v for _, v in profile_rows(p)]
+
+
+def test_shown_columns_come_from_one_list_and_drop_what_was_not_measured_or_does_not_vary():
+    frame = pd.DataFrame({"config_id": ["a", "b"], "repeat": [0, 0], "workers": [1, 2], "servers": [1, 1],
+                          "sync": ["async", "async"], "init_io": ["parallel", "sequential"], "init_s": [1.0, 2.0],
+                          "read_mean_s": [float("nan")] * 2, "not_shown": [1, 2]})
+    assert shown_columns(frame) == ["config_id", "repeat", "workers", "servers", "sync", "init_io", "init_s"]
+    assert shown_columns(frame, varying_knobs_only=True) == ["config_id", "repeat", "workers", "servers", "init_io",
+                                                             "init_s"]
+    assert all(c in SHOWN_COLUMNS for c in shown_columns(frame))
+    console = summary_table(frame)
+    assert [c.header for c in console.columns] == ["config", "rep", "N", "S", "init io", "init s"]
+
+
+def test_sections_return_content_and_write_nothing(tmp_path):
+    folder = build_folder(tmp_path / "run")
+    before = sorted(p.relative_to(folder.path) for p in folder.path.rglob("*"))
+    events = folder.events()
+    staleness = staleness_section(events)
+    utilisation = utilisation_section(folder.manifest, events, folder.resources())
+    assert set(staleness.files) == {STALENESS_PNG} and set(utilisation.files) == {UTILISATION_PNG}
+    assert f"![staleness]({STALENESS_PNG})" in staleness.lines
+    assert model_section(None).files == {} and "No hardware profile" in model_section(None).lines[2]
+    assert sorted(p.relative_to(folder.path) for p in folder.path.rglob("*")) == before
+
+
+def test_the_report_writes_summary_csv_once_with_the_prediction_columns(tmp_path, monkeypatch):
+    folder = build_folder(tmp_path / "run")
+    save_profile(factories.profile(), folder.path / PROFILE_FILE)
+    writes = []
+    real = writer.atomic_write_text
+    monkeypatch.setattr(writer, "atomic_write_text", lambda path, text: (writes.append(Path(path).name),
+                                                                       real(path, text)))
+    text = write_report(folder.path).read_text()
+    assert writes.count("summary.csv") == 1 and writes[-1] == "report.md"  # the report last, once
+    summary = pd.read_csv(folder.path / "summary.csv")
+    assert {"group", "init_s_pred_queueing", "train_err_updated", "bound_initial"} <= set(summary.columns)
+    assert (folder.path / "plots" / "staleness.png").read_bytes()[:4] == b"\x89PNG"
+    for name in PLOTS:
+        assert (folder.path / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
+    assert "## Measured vs predicted" in text and "| server apply bandwidth A | 977 KiB/s |" in text
+    assert not list(folder.path.rglob(".*.tmp-*"))  # every temporary file renamed into place
+
+
+def test_the_apply_kernel_updates_in_place_across_chunk_boundaries():
+    n = 2 * APPLY_CHUNK_ELEMENTS + 7  # two full chunks and a partial one
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    g.flags.writeable = False  # a gradient as Ray hands it over
+    expected = w - np.float32(0.25) * g
+    buffer = w
+    apply_in_place(w, g, np.float32(0.25), apply_scratch(n))
+    assert w is buffer and np.array_equal(w, expected)
+    assert apply_scratch(10).shape == (10,) and apply_scratch(n).shape == (APPLY_CHUNK_ELEMENTS,)

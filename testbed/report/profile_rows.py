@@ -1,0 +1,86 @@
+"""The hardware profile as (figure, value) rows: one list, rendered by the report
+(``report.md``'s profile table) and by ``testbed calibrate`` (its console table).
+
+The rows come from the profile's fields, walked generically: a field named here gets a
+readable label, any other field shows under its own name, and each value is formatted
+by the unit its name ends in (``_bytes_per_s``, ``_s``, ``_bytes``). So a figure added to
+``HardwareProfile`` (or to a record inside it) appears in both tables without an edit here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from testbed.config.units import format_bytes, format_seconds
+from testbed.model.profile import DiskProfile, HardwareProfile
+
+__all__ = ["profile_rows", "format_figure"]
+
+# Readable labels of the fields the model's equations name (docs/model.md's symbols in the label).
+_LABELS = {
+    "cores_per_node": "cores per node",
+    "actor_call_latency_s": "actor-call latency L",
+    "transfer_bytes_per_s_local": "transfer bandwidth W (same node)",
+    "transfer_bytes_per_s_remote": "transfer bandwidth (between nodes)",
+    "server_apply_bytes_per_s": "server apply bandwidth A",
+    "server_call_overhead_s": "server per-call overhead o",
+    "flops_per_s": "matmul rate",
+    "disk": "disk",
+    "disk_reference": "fio (reference)",
+}
+# Keyed curves: the label of one point, given its key.
+_POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once"}
+# Who measured what (identity) and when (created) head the table or are not figures at all.
+_NOT_FIGURES = {"identity", "created", "schema_version"}
+
+
+def format_figure(name: str, value: Any) -> str:
+    """A figure's value in the unit its name ends in (``..._by_<key>`` curves: the unit before it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    unit = name.split("_by_")[0]
+    if "flops_per_s" in unit:
+        return f"{value / 1e9:.1f} GFLOP/s"
+    if "bytes_per_s" in unit:  # also transfer_bytes_per_s_local and the like
+        return f"{format_bytes(value)}/s"
+    if unit.endswith("_s"):
+        return format_seconds(value)
+    if unit.endswith("_bytes"):
+        return format_bytes(value)
+    return f"{value:.4g}"
+
+
+def _disk_rows(label: str, disk: DiskProfile) -> list[tuple[str, str]]:
+    rows = [(f"{label} sequential read, {jobs} reader(s)", f"{format_bytes(bps)}/s")
+            for jobs, bps in sorted(disk.seq_read_bytes_per_s.items())]
+    rows += [(f"{label} random read {format_bytes(block)}", f"{iops:,.0f} IOPS")
+             for block, iops in sorted(disk.rand_read_iops.items())]
+    return rows + [(f"{label} figures from", f"{disk.source} ({disk.fs_type or '?'})")]
+
+
+def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
+    if value is None or (isinstance(value, dict) and not value):
+        return []  # not measured (one node: no remote bandwidth; --no-disk: no disk)
+    if isinstance(value, DiskProfile):
+        return _disk_rows(label, value)
+    if dataclasses.is_dataclass(value):  # a record of figures inside the profile
+        return [row for f in dataclasses.fields(value)
+                for row in _rows(f.name, getattr(value, f.name), f"{label}: {_LABELS.get(f.name, f.name)}")]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):  # named figures: each under its own name
+            return [row for k, v in sorted(value.items()) for row in _rows(k, v, _LABELS.get(k, k))]
+        template = _POINT_LABELS.get(name, label + ", {key}")  # a curve: one row per point
+        return [(template.format(key=k), format_figure(name, v)) for k, v in sorted(value.items())]
+    return [(label, format_figure(name, value))]
+
+
+def profile_rows(profile: HardwareProfile) -> list[tuple[str, str]]:
+    """Every figure of ``profile`` as (label, formatted value), the machine first."""
+    rows = [row for f in dataclasses.fields(profile) if f.name not in _NOT_FIGURES
+            for row in _rows(f.name, getattr(profile, f.name), _LABELS.get(f.name, f.name))]
+    identity = profile.identity
+    head = [("nodes", str(len(identity.get("nodes", [])) or 1)), ("CPU", str(identity.get("cpu_model", "?")))]
+    labels = {label for label, _ in rows}
+    tail = [("measured", profile.created)] if profile.created else []
+    return [row for row in head if row[0] not in labels] + rows + tail
