@@ -124,6 +124,10 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
     n_max = knee_search_max or _search_limit(t, big_n)
     if n_max <= big_n:
         raise ValueError(f"knee_search_max must exceed the config's workers ({big_n}), got {n_max}")
+    if family is ModelFamily.SIMULATED:
+        # Imported here: the simulated family builds a Prediction itself (and imports this module).
+        from testbed.model.simfamily import simulated_prediction
+        return simulated_prediction(config, profile, t, n_max)
     curve = scaling_curve(family, t, n_max)
     n = np.arange(1, n_max + 1)
     ideal = family is ModelFamily.INITIAL
