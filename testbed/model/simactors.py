@@ -57,8 +57,8 @@ class SimSpec:
     apply_cpu_s: float              # the apply's CPU part, under the lock
     apply_sleep_s: float            # the emulated part of the apply (apply_seconds / S), slept under the lock
     copy_s: float                   # a pull's copy under the lock (CPU)
-    worker_background_s: float      # a worker's CPU per step beyond its transfers (runs during compute)
-    shard_background_s: float       # a shard's CPU per push beyond its services (runs after the apply)
+    background_s: float             # CPU per step beyond the bursts above (the worker's beyond its transfers,
+                                    # the shards' beyond their services), not waited for: runs during compute
     cores: int
     call_s: float                   # one actor call (the step clock)
     restart_s: float                # an actor's restart after a kill
@@ -132,8 +132,6 @@ class SimShard:
             reached = self._reached.pop(self.version, None)
             if reached is not None:
                 reached.succeed()
-        if spec.shard_background_s > 0:
-            self.node.cores.serve(spec.shard_background_s)  # the process's other threads: not waited for
         self.tally.add(PUSH_SERVER, env.now - t_call)
 
     def pull(self) -> Iterator[simpy.Event]:

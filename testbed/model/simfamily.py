@@ -6,11 +6,12 @@ How the terms are split (docs/model.md, "Family 4"):
 - a transfer ``t_push`` / ``t_pull`` is the worker's calibrated RPC CPU (``worker_cpu_s``,
   shared over the push and the pulls of a step in proportion to their time) on a core, and
   the rest as a delay (latency, bytes on the wire); CPU beyond the transfers runs during
-  compute (``worker_background_s``);
+  compute (``background_s``);
 - a shard's service ``s_push = o + a``: the dispatch o on a core outside the lock, the apply a
   under the lock, its CPU part on a core and its emulated part (``apply_seconds / S``) slept;
   a pull's copy ``s_pull - o`` under the lock on a core; what the shards' calibrated CPU
-  (``server_cpu_s``) holds beyond those runs after each apply without being waited for.
+  (``server_cpu_s``) holds beyond those runs with the worker's background CPU (one burst per
+  step, on a core, not waited for).
 
 Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
 longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
@@ -82,8 +83,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
         pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
-        worker_background_s=max(0.0, worker_cpu - per_step),
-        shard_background_s=max(0.0, t.server_cpu_s - services_cpu) / s,
+        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu),
         cores=t.cores, call_s=profile.actor_call_latency_s, restart_s=float(restart or 0.0), seed=int(config.seed),
         stragglers=tuple((w, f, min(steps - 1, round(k0 * scale))) for w, f, k0 in stragglers(config)),
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),

@@ -64,7 +64,7 @@ class SharedRate:
         self._stamp = env.now
         self._seq = 0
         self._generation = 0
-        self._target: tuple[float, float] | None = None  # (head's finish mark, per-job rate) of the timer
+        self._wake_at: float | None = None  # when the pending timer fires
         self.served = 0.0               # integral of rate(j) dt: work done, for the utilisation
 
     def _advance(self) -> None:
@@ -90,27 +90,28 @@ class SharedRate:
 
     def _schedule(self) -> None:
         if not self._jobs:
-            self._target = None
             return
         j = len(self._jobs)
         per_job = self.rate(j) / j
-        head = self._jobs[0][0]
-        if self._target == (head, per_job):
-            return  # the pending timer still fires at the right moment (an uncontended arrival)
+        fire = self.env.now + max(0.0, (self._jobs[0][0] - self._virtual) / per_job)
+        if self._wake_at is not None and self._wake_at <= fire:
+            # The pending timer fires no later than needed: keep it (if early, it finds no job
+            # done and sets the next one). Arrivals that slow everyone cost no new timer.
+            return
         self._generation += 1
-        self._target = (head, per_job)
-        timer = self.env.timeout(max(0.0, (head - self._virtual) / per_job))
+        self._wake_at = fire
+        timer = self.env.timeout(fire - self.env.now)
         generation = self._generation
         timer.callbacks.append(lambda _event: self._expire(generation))
 
     def _expire(self, generation: int) -> None:
         if generation != self._generation:
             return
+        self._wake_at = None
         self._advance()
         slack = _EPS * max(1.0, abs(self._virtual))
         while self._jobs and self._jobs[0][0] <= self._virtual + slack:
             heapq.heappop(self._jobs)[2].succeed()
-        self._target = None
         self._schedule()
 
     def utilization(self, elapsed_s: float) -> float:

@@ -102,9 +102,10 @@ class SimWorker:
 
     def compute(self, step: int) -> Iterator[simpy.Event]:
         """Sleep (no core), or spin and matmul (a core, time-shared with everyone's CPU work)."""
-        if self.spec.worker_background_s > 0:
-            # The process's other CPU (Ray's threads, recording events) runs while it computes.
-            self.node.cores.serve(self.spec.worker_background_s)
+        if self.spec.background_s > 0:
+            # The processes' other CPU (Ray's threads, recording events, the shards' share for this
+            # step) runs while the worker computes; nobody waits for it, but it takes a core.
+            self.node.cores.serve(self.spec.background_s)
         duration = self.durations[step]
         if duration <= 0:
             return

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from testbed.bench import event_recording
+from testbed.bench import event_recording, simulate
 from testbed.bench.__main__ import FIGURES, main
 from testbed.bench.common import SCHEMA_VERSION, Check, Figure, format_table, read_results, write_results
 from testbed.bench.scale import largest_passing
@@ -73,6 +73,12 @@ def test_event_recording_figure_structure():
     assert json.loads(json.dumps(fig.to_dict()))["name"] == "event_recording"
 
 
+def test_simulate_figure_measures_a_small_simulation():
+    raw = simulate.measure(32, 12, 1)
+    assert raw["events"] > 32 * 12 and raw["cpu_s"] > 0 and raw["events_per_s"] > 0
+    assert 0 < raw["cpu_utilization"] <= 1 and 0 < raw["server_utilization"] <= 1
+
+
 def test_largest_passing_worker_count():
     assert largest_passing({8: 0.01, 16: -0.05, 32: 0.2, 64: 0.09}) == 64
     assert largest_passing({8: 0.3, 16: float("nan")}) == 0
@@ -81,4 +87,4 @@ def test_largest_passing_worker_count():
 def test_unknown_figure_is_a_usage_error(capsys):
     assert main(["--only", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
-    assert list(FIGURES)[0] == "apply_bandwidth" and len(FIGURES) == 7
+    assert list(FIGURES)[0] == "apply_bandwidth" and len(FIGURES) == 8 and "simulate" in FIGURES
