@@ -16,9 +16,10 @@ How the terms are split (docs/model.md, "Family 4"):
 Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
 longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
 up to the search limit (``CURVE_POINTS`` geometric points of at most ``CURVE_WORKER_STEPS``
-worker-steps each, cached per config apart from its worker count, so a sweep over workers
-simulates its grid once; once the rate has stopped growing, the larger counts are taken as
-flat instead of simulated); the rate between grid points is interpolated linearly.
+worker-steps each and ``CURVE_BUDGET`` in all, cached per config apart from its worker count,
+so a sweep over workers simulates its grid once; once the rate has stopped growing, the larger
+counts are taken as flat instead of simulated; where the budget runs out the search stops, and
+``knee_search_max`` says how far it got); the rate between grid points is interpolated linearly.
 
 Pure: SimPy, numpy and the standard library.
 """
@@ -40,10 +41,11 @@ from testbed.model.stragglers import stragglers
 from testbed.model.terms import StepTerms, init_read_bytes, steps_per_worker
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
-           "CURVE_POINTS"]
+           "CURVE_BUDGET", "CURVE_POINTS"]
 
-POINT_WORKER_STEPS = 20_000   # workers x steps simulated for the config itself
-CURVE_WORKER_STEPS = 6_000    # ... for each point of the knee's grid
+POINT_WORKER_STEPS = 10_000   # workers x steps simulated for the config itself
+CURVE_WORKER_STEPS = 3_000    # ... for each point of the knee's grid
+CURVE_BUDGET = 24_000         # ... for the whole grid: the knee search stops where it runs out
 CURVE_POINTS = 18
 PLATEAU = 1.02               # a rate gaining less than this factor over two grid points has saturated
 MIN_STEPS = 12                # fewest steps a simulation runs (the warm-up is a quarter of them)
@@ -104,26 +106,35 @@ def _grid(n_max: int) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _curve(base: SimSpec, n_max: int) -> tuple[np.ndarray, np.ndarray]:
     """Grid worker counts and the steady rate at each (steps per second over all workers),
-    without faults (a curve is the steady state, as every family's)."""
-    grid = _grid(n_max)
+    without faults (a curve is the steady state, as every family's). The grid ends early when
+    the next point would take the simulated worker-steps past ``CURVE_BUDGET``."""
+    counts: list[int] = []
     rates: list[float] = []
-    for n in grid:
+    spent = 0
+    for n in _grid(n_max):
+        n = int(n)
         if len(rates) >= 3 and n > 4 and max(rates[-2:]) < PLATEAU * rates[-3]:
             # Saturated: two grid points in a row gained under 2 %; the rest of the grid (the
             # costliest part, the largest counts) is taken as flat.
+            counts.append(n)
             rates.append(rates[-1])
             continue
-        steps = _simulated_steps(int(n), base.steps, CURVE_WORKER_STEPS)
-        rates.append(simulate(dataclasses.replace(base, workers=int(n), steps=steps)).steady_rate_per_s)
-    return grid, np.asarray(rates)
+        steps = _simulated_steps(n, base.steps, CURVE_WORKER_STEPS)
+        if counts and spent + n * steps > CURVE_BUDGET:
+            break
+        spent += n * steps
+        counts.append(n)
+        rates.append(simulate(dataclasses.replace(base, workers=n, steps=steps)).steady_rate_per_s)
+    return np.asarray(counts), np.asarray(rates)
 
 
 def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: int) -> np.ndarray:
-    """X(n) for n = 1..n_max: simulated on the grid, linear in between."""
+    """X(n) for n = 1.. the grid's last count (n_max, or less when the budget ran out first):
+    simulated on the grid, linear in between."""
     base = dataclasses.replace(sim_spec(config, profile, t), workers=0, stragglers=(), kill_steps=(),
                                kill_updates=())
     grid, rates = _curve(base, n_max)
-    return np.interp(np.arange(1, n_max + 1), grid, rates)
+    return np.interp(np.arange(1, int(grid[-1]) + 1), grid, rates)
 
 
 def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
@@ -163,6 +174,7 @@ def simulated_prediction(config: Any, profile: HardwareProfile, t: StepTerms, n_
     setup = t.setup_s(big_n)
     # The knee: the steady rate on the grid, the whole job's rate from it.
     rates = simulated_rates(config, profile, t, n_max)
+    n_max = rates.size  # how far the simulated grid reached
     n = np.arange(1, n_max + 1)
     grid = _grid(n_max)
     inits = np.interp(n, grid, [_init_s(config, profile, int(k)) for k in grid])
