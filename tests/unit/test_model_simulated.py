@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.config.spec import ConfigFields
 from testbed.model import Centre, ModelFamily, init_seconds, predict, solve_mva, step_terms
@@ -190,3 +192,35 @@ def test_the_simulated_family_does_not_import_ray():
     code = ("import sys; from testbed.model import simfamily, simulation; "
             "bad = [m for m in ('ray', 'pandas') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+small_configs = st.fixed_dictionaries({
+    "workers": st.integers(1, 12),
+    "servers": st.integers(1, 3),
+    "sync": st.sampled_from(["async", "sync", "ssp"]),
+    "staleness": st.integers(0, 3),
+    "gradient_bytes": st.integers(4, 5000).map(lambda n: 12 * n),
+    "apply_seconds": st.sampled_from([0.0, 0.002]),
+    "compute": st.fixed_dictionaries({
+        "mode": st.sampled_from(["sleep", "spin"]), "seconds": st.floats(0.0, 0.02),
+        "jitter": st.fixed_dictionaries({"distribution": st.sampled_from(["none", "uniform", "exponential"]),
+                                         "cv": st.floats(0.0, 0.5)})}),
+    "workload": st.fixed_dictionaries({"steps": st.integers(1, 30)}),
+})
+
+
+@settings(max_examples=12, deadline=None)
+@given(fields=small_configs, cores=st.integers(1, 4), cpu=st.one_of(st.none(), st.floats(0.0, 2e-3)))
+def test_property_simulated_prediction_is_consistent_and_never_beats_a_lone_worker(fields, cores, cpu):
+    cfg = ConfigFields.model_validate(fields)
+    prof = profile(cores_per_node=cores, extra={} if cpu is None else {"worker_cpu_per_step_s": cpu})
+    t = step_terms(cfg, prof)
+    p = predict(cfg, prof, ModelFamily.SIMULATED)
+    assert p.total_s == pytest.approx(p.setup_s + p.init_s + p.train_s)
+    assert p.train_s == pytest.approx(p.steps * p.step_s)
+    assert all(v >= 0 for v in p.phases.values())
+    # Contention only adds time: a step is never shorter than one worker's transfers and services
+    # alone (its compute is left out, as jitter can shorten it).
+    assert p.step_s >= (t.transfer_s + t.server_demand_s) * (1 - 1e-9)
+    assert 0 <= (p.server_utilization or 0) <= 1 + 1e-9
+    assert p == predict(cfg, prof, ModelFamily.SIMULATED)
