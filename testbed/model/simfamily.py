@@ -47,6 +47,7 @@ POINT_WORKER_STEPS = 10_000   # workers x steps simulated for the config itself
 CURVE_WORKER_STEPS = 3_000    # ... for each point of the knee's grid
 CURVE_BUDGET = 24_000         # ... for the whole grid: the knee search stops where it runs out
 CURVE_POINTS = 18
+CURVE_STEPS = 60              # most steps a grid point simulates (fewer when its budget says so)
 PLATEAU = 1.02               # a rate gaining less than this factor over two grid points has saturated
 MIN_STEPS = 12                # fewest steps a simulation runs (the warm-up is a quarter of them)
 
@@ -131,8 +132,10 @@ def _curve(base: SimSpec, n_max: int) -> tuple[np.ndarray, np.ndarray]:
 def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: int) -> np.ndarray:
     """X(n) for n = 1.. the grid's last count (n_max, or less when the budget ran out first):
     simulated on the grid, linear in between."""
-    base = dataclasses.replace(sim_spec(config, profile, t), workers=0, stragglers=(), kill_steps=(),
-                               kill_updates=())
+    # A steady-state rate does not depend on the run's length: simulate up to CURVE_STEPS steps
+    # whatever the config's, so strong-scaling configs (whose steps change with N) share a grid.
+    base = dataclasses.replace(sim_spec(config, profile, t), workers=0, steps=CURVE_STEPS, stragglers=(),
+                               kill_steps=(), kill_updates=())
     grid, rates = _curve(base, n_max)
     return np.interp(np.arange(1, int(grid[-1]) + 1), grid, rates)
 
@@ -150,14 +153,15 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
                          _value(config.data.init_io) == "sequential", profile.actor_call_latency_s)
 
 
-def _shares(result: SimResult, steps: int, init_s: float, has_cpu: bool) -> tuple[dict, dict]:
+def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:
+    """The train phase's share per resource (seconds over the run) and each simulated centre's
+    utilisation: the shards' locks, the cores (always simulated: every apply and copy is CPU
+    work), the disk when there are step reads."""
     share = {Bound.DISK: result.share_s["disk"], Bound.COMPUTE: result.share_s["compute"],
              Bound.NETWORK: result.share_s["network"], Bound.SERVER: result.share_s["server"]}
-    utilization = {Bound.SERVER: result.server_utilization}
+    utilization = {Bound.SERVER: result.server_utilization, Bound.COMPUTE: result.cpu_utilization}
     if result.disk_utilization is not None:
         utilization[Bound.DISK] = result.disk_utilization
-    if has_cpu:
-        utilization[Bound.COMPUTE] = result.cpu_utilization
     return {b: steps * v for b, v in share.items()}, utilization
 
 
@@ -183,7 +187,7 @@ def simulated_prediction(config: Any, profile: HardwareProfile, t: StepTerms, n_
     job_rate = n * steps_frac / (setups + inits + steps_frac * n / rates)
     top = float(rates.max())
     saturates = rates[-1] < 0.9 * n_max * rates[0]
-    share, utilization = _shares(result, steps, init, t.has_cpu_centre or t.compute_on_cpu)
+    share, utilization = _shares(result, steps)
     phases = result.phases
     modelled_setup = t.setup_per_actor_s is not None or bool(t.setup_points)
     return Prediction(
