@@ -110,7 +110,9 @@ def test_property_families_respect_the_bounds(fields, prof):
     cfg = ConfigFields.model_validate(fields)
     t = step_terms(cfg, prof)
     ideal = t.read_s + t.compute_s + t.transfer_s + t.server_demand_s
-    got = {f: predict(cfg, prof, f) for f in ModelFamily}
+    # The simulated family's own property test (test_model_simulated) checks the same invariants
+    # on smaller configs: simulating these 30 examples would cost ten times the rest of the test.
+    got = {f: predict(cfg, prof, f) for f in ModelFamily if f is not ModelFamily.SIMULATED}
     n = cfg.workers
     assert got[ModelFamily.INITIAL].steps_per_s == pytest.approx(n / ideal)
     assert got[ModelFamily.UPDATED].steps_per_s == pytest.approx(min(n / ideal, 1 / t.server_demand_s))
