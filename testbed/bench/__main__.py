@@ -42,6 +42,7 @@ FIGURES = {
     "event_recording": "testbed.bench.event_recording",
     "scale": "testbed.bench.scale",
     "peer": "testbed.bench.peer",
+    "simulate": "testbed.bench.simulate",
 }
 
 

@@ -1,12 +1,13 @@
 """The analytic performance model: a run config and a hardware profile in, a prediction out.
 
-Pure: numpy and the standard library (plus ``testbed.model.profile`` and ``testbed.config.errors``,
+Pure: numpy, SimPy and the standard library (plus ``testbed.model.profile`` and ``testbed.config.errors``,
 which are pure too); importing it never imports Ray or pydantic. docs/model.md states
 every symbol, equation and assumption.
 
 - ``predict(config, profile, family)`` -> ``Prediction`` for one family;
   ``predict_all(config, profile, families)`` for several side by side.
-- ``ModelFamily``: initial, updated, queueing. ``Bound``: disk, server, network, compute.
+- ``ModelFamily``: initial, updated, queueing, simulated (a SimPy simulation of the protocol,
+  ``simulation.py``; SimPy is pure Python). ``Bound``: disk, server, network, compute.
 - ``solve_mva`` and ``Centre``: the exact mean value analysis underneath the queueing family.
 """
 

@@ -1,4 +1,4 @@
-"""The three model families, each as a scaling curve over worker counts 1..n_max.
+"""The analytic model families, each as a scaling curve over worker counts 1..n_max.
 
 A family turns ``StepTerms`` (see terms.py for the symbols) into per-step phase times
 for every worker count at once, so one call gives both the prediction at the config's
@@ -8,6 +8,8 @@ N and the curve that the knee is read from.
 - updated: the server's throughput is capped at 1 / D: step = max(ideal step, N D).
 - queueing: a closed network solved by exact MVA (async), or the barrier step
   Z_sync + N D (sync), with optional disk and shared-CPU centres.
+- simulated: a discrete-event simulation of the protocol; it needs the whole config, so
+  ``predict`` builds it (testbed/model/simfamily.py) and ``scaling_curve`` does not.
 
 Pure: numpy and the standard library.
 """
@@ -32,6 +34,7 @@ class ModelFamily(str, enum.Enum):
     INITIAL = "initial"    # the reference study's first model: linear scaling
     UPDATED = "updated"    # the study's corrected model: sequential init, saturating server
     QUEUEING = "queueing"  # this project's: closed queueing network, exact MVA
+    SIMULATED = "simulated"  # this project's: discrete-event simulation of the protocol (simfamily.py)
 
 
 class Bound(str, enum.Enum):
@@ -210,6 +213,9 @@ def scaling_curve(family: ModelFamily, terms: StepTerms, n_max: int) -> ScalingC
         raise ValueError(f"n_max must be >= 1, got {n_max}")
     n = np.arange(1, n_max + 1, dtype=float)
     family = ModelFamily(family)
+    if family is ModelFamily.SIMULATED:
+        # Its curve is simulated from the config (seed, mode, staleness, faults), not the terms alone.
+        raise ValueError("the simulated family has no curve from terms alone; use predict(config, profile, family)")
     if family is ModelFamily.INITIAL:
         return _initial(terms, n)
     if family is ModelFamily.UPDATED:

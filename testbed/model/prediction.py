@@ -17,6 +17,7 @@ import numpy as np
 from testbed.model.families import SATURATED, Bound, ModelFamily, scaling_curve
 from testbed.model.knee import marginal_knee
 from testbed.model.profile import HardwareProfile
+from testbed.model.simfamily import simulated_prediction
 from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
 from testbed.model.terms import StepTerms, init_seconds, step_terms, steps_per_worker
 
@@ -124,6 +125,10 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
     n_max = knee_search_max or _search_limit(t, big_n)
     if n_max <= big_n:
         raise ValueError(f"knee_search_max must exceed the config's workers ({big_n}), got {n_max}")
+    if family is ModelFamily.SIMULATED:
+        fields = simulated_prediction(config, profile, t, n_max)
+        share, utilization = fields.pop("share"), fields.pop("utilization")
+        return Prediction(**fields, bound=_bound(share, utilization, fields["init_s"]))
     curve = scaling_curve(family, t, n_max)
     n = np.arange(1, n_max + 1)
     ideal = family is ModelFamily.INITIAL

@@ -26,7 +26,7 @@ __all__ = ["phase_vs_workers", "speedup_vs_workers", "phase_breakdown", "measure
            "figure_png", "utilisation_png", "show"]
 
 _SPAN_COLOURS = {Phase.SETUP.value: "tab:gray", Phase.INIT.value: "tab:orange", Phase.TRAIN.value: "tab:green"}
-_STYLE = {"initial": ":", "updated": "--", "queueing": "-"}
+_STYLE = {"initial": ":", "updated": "--", "queueing": "-", "simulated": "-."}
 _STEP_PHASES = ("read", "compute", "push", "pull", "barrier")
 
 

@@ -112,7 +112,7 @@ def test_load_run_with_profile_compares_every_family(tmp_path):
     run = analysis.load_run(build_run(tmp_path / "run", with_monitor=True))
     assert run.comparison is not None
     assert {"init_s_pred_queueing", "init_err_updated"} <= set(run.compared.columns)
-    assert set(run.curves["model"]) == {"initial", "updated", "queueing"}
+    assert set(run.curves["model"]) == {"initial", "updated", "queueing", "simulated"}
     assert run.summary.columns[0] == "group" and "init_s_pred_queueing" not in run.summary
     assert plots.utilisation_png(run)[:4] == b"\x89PNG"
     assert not (run.path / "utilisation.png").exists()  # drawn elsewhere: notebooks only read
@@ -145,7 +145,7 @@ def test_init_scaling_quotes_slope_fit_and_knee(tmp_path):
     (f,) = analysis.init_scaling(run)
     assert f.workers == (1, 2, 4) and f.init_s == pytest.approx((1.5, 2.0, 3.0))
     assert f.slope_s_per_worker == pytest.approx(0.5) and f.r2 == pytest.approx(1.0)
-    assert f.trend == "grows" and set(f.predicted_slope_s_per_worker) == {"initial", "updated", "queueing"}
+    assert f.trend == "grows" and set(f.predicted_slope_s_per_worker) == {"initial", "updated", "queueing", "simulated"}
     # total = 1 s setup + init + 4 workers x 10 steps / 20 steps/s
     assert f.init_share_at_max == pytest.approx(3.0 / (1.0 + 3.0 + 2.0))
     text = f.describe()

@@ -12,7 +12,7 @@ import pytest
 
 from testbed import bench
 from testbed.bench import __main__ as bench_main
-from testbed.bench import event_recording
+from testbed.bench import event_recording, simulate
 from testbed.bench.__main__ import FIGURES, main, results_path
 from testbed.bench.common import (
     SCHEMA_VERSION,
@@ -84,6 +84,12 @@ def test_event_recording_figure_structure():
     assert fig.raw["events"] > 0 and fig.raw["bytes_per_event"] >= 41  # 1 + 5 x 8 bytes per event at least
     assert all(c.value is not None and c.value > 0 for c in fig.checks)
     assert json.loads(json.dumps(fig.to_dict()))["name"] == "event_recording"
+
+
+def test_simulate_figure_measures_a_small_simulation():
+    raw = simulate.measure(32, 12, 1)
+    assert raw["events"] > 32 * 12 and raw["cpu_s"] > 0 and raw["events_per_s"] > 0
+    assert 0 < raw["cpu_utilization"] <= 1 and 0 < raw["server_utilization"] <= 1
 
 
 def test_largest_passing_worker_count():

@@ -71,7 +71,7 @@ def test_table_and_csv(files, tmp_path):
     assert len(initial_lines) == 2 and all(cells[-3:] == ["-", "-", "-"] for cells in initial_lines)
     out = write_csv(frame, tmp_path / "out" / "pred.csv")
     back = pd.read_csv(out)
-    assert list(back.columns[:len(CSV_COLUMNS)]) == CSV_COLUMNS and len(back) == 6
+    assert list(back.columns[:len(CSV_COLUMNS)]) == CSV_COLUMNS and len(back) == 2 * len(ModelFamily)
     with pytest.raises(UserError):
         write_csv(frame, out, overwrite=False)
 
@@ -104,7 +104,9 @@ def test_property_families_respect_the_bounds(fields, prof):
     cfg = ConfigFields.model_validate(fields)
     t = step_terms(cfg, prof)
     ideal = t.read_s + t.compute_s + t.transfer_s + t.server_demand_s
-    got = {f: predict(cfg, prof, f) for f in ModelFamily}
+    # The simulated family's own property test (test_model_simulated) checks the same invariants
+    # on smaller configs: simulating these 30 examples would cost ten times the rest of the test.
+    got = {f: predict(cfg, prof, f) for f in ModelFamily if f is not ModelFamily.SIMULATED}
     n = cfg.workers
     assert got[ModelFamily.INITIAL].steps_per_s == pytest.approx(n / ideal)
     assert got[ModelFamily.UPDATED].steps_per_s == pytest.approx(min(n / ideal, 1 / t.server_demand_s))
@@ -122,6 +124,8 @@ def test_property_throughput_non_decreasing_in_workers(fields, prof, sync):
     # sync mode pulls after every step (the barrier is the pull): the spec requires pull_every 1
     extra = {"pull_every": 1} if sync == "sync" else {}
     cfg = ConfigFields.model_validate({**fields, "sync": sync, **extra})
-    for family in ModelFamily:
+    # The simulated family has no curve from the terms alone (it needs the config's seed, mode,
+    # faults) and its rates carry simulation noise; its knee tests are in test_model_simulated.
+    for family in (f for f in ModelFamily if f is not ModelFamily.SIMULATED):
         x = scaling_curve(family, step_terms(cfg, prof), 80).throughput_per_s
         assert np.all(np.diff(x) >= -1e-9 * x[1:]), family

@@ -1,0 +1,238 @@
+"""The simulated family's actors besides the worker: shards, the step clock, a worker's
+client, on simulated time (the worker's step loop and the run are in ``simulation.py``).
+
+They read like the real ones, line for line: ``SimShard.push`` / ``pull`` / ``pull_at`` are
+``actors/server.py``'s, ``SimClock.tick`` is ``actors/clock.py``'s, ``SimClient`` is
+``actors/worker.py``'s ``RayServerClient``. What each call costs comes from ``SimSpec``, built
+from the same ``StepTerms`` as every family (``testbed/model/simfamily.py``):
+
+- every CPU burst (a worker's RPC work and gradient production, a shard's dispatch, apply
+  and copy, spin and matmul compute) is served by the node's cores, a processor-sharing
+  resource of K cores (``SharedRate``), so N workers and S shards time-share them;
+- a shard applies pushes one at a time under its lock (``simpy.Resource(1)``) and its apply
+  needs a core while it holds the lock, so a saturated CPU stretches the lock's hold time;
+- step reads share the disk by its measured concurrency curve;
+- ``sync``: a pull of version N (k + 1) waits at each shard until all N pushes of the step are
+  applied; ``ssp``: a step clock holds a worker more than ``staleness`` steps ahead.
+
+Pure: SimPy, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+import simpy
+
+from testbed.model.simkit import SharedRate, Tally, cores_rate, multipliers_rate
+
+__all__ = ["SimSpec", "Node", "Service", "SimShard", "SimClock", "SimClient", "QUEUE", "APPLY", "PUSH_SERVER",
+           "PULL_SERVER"]
+
+QUEUE, APPLY, PUSH_SERVER, PULL_SERVER = "queue", "apply", "push_server", "pull_server"
+
+
+@dataclasses.dataclass(frozen=True)
+class SimSpec:
+    """What one simulation needs, in seconds of work alone (CPU parts at one core's speed)."""
+    workers: int
+    servers: int
+    steps: int
+    pull_every: int
+    mode: str                       # async, sync, ssp
+    staleness: int
+    compute_s: float
+    compute_mode: str               # sleep (no core), spin, matmul (a core; matmul has no jitter)
+    jitter_distribution: str
+    jitter_cv: float
+    read_s: float                   # one step's read alone on the disk
+    read_multipliers: tuple[float, ...]
+    fill_s: float                   # producing the gradient (CPU, untimed)
+    push_cpu_s: float               # a worker's side of a push: CPU part and the rest (latency, wire)
+    push_wire_s: float
+    pull_cpu_s: float
+    pull_wire_s: float
+    overhead_s: float               # o: a shard's dispatch of one call, outside the lock (CPU)
+    apply_cpu_s: float              # the apply's CPU part, under the lock
+    apply_sleep_s: float            # the emulated part of the apply (apply_seconds / S), slept under the lock
+    copy_s: float                   # a pull's copy under the lock (CPU)
+    background_s: float             # CPU per step beyond the bursts above (the worker's beyond its transfers,
+                                    # the shards' beyond their services), not waited for: runs during compute
+    cores: int
+    call_s: float                   # one actor call (the step clock)
+    restart_s: float                # an actor's restart after a kill
+    seed: int
+    stragglers: tuple[tuple[int, float, int], ...] = ()   # (worker, factor, from_step)
+    kill_steps: tuple[tuple[int, int], ...] = ()          # (worker, step)
+    kill_updates: tuple[tuple[int, int], ...] = ()        # (shard, update)
+    service: str = "deterministic"  # or "exponential": every apply and copy drawn Exp(mean)
+
+
+class Node:
+    """The shared hardware: the cores and the disk."""
+
+    def __init__(self, env: simpy.Environment, spec: SimSpec) -> None:
+        self.cores = SharedRate(env, cores_rate(spec.cores), float(spec.cores))
+        self.disk = SharedRate(env, multipliers_rate(spec.read_multipliers), max(spec.read_multipliers))
+
+
+class Service:
+    """The lengths of a shard's applies and copies: as given, or exponential of that mean."""
+
+    def __init__(self, rng: np.random.Generator, exponential: bool) -> None:
+        self.rng, self.exponential = rng, exponential
+        self._draws: list[float] = []
+
+    def factor(self) -> float:
+        if not self.exponential:
+            return 1.0
+        if not self._draws:
+            self._draws = self.rng.exponential(1.0, size=4096).tolist()
+        return self._draws.pop()
+
+
+class SimShard:
+    """One parameter-server shard (``actors/server.py``'s ``ParameterServer``) on simulated time."""
+
+    def __init__(self, env: simpy.Environment, spec: SimSpec, shard: int, node: Node, tally: Tally,
+                 service: Service) -> None:
+        self.env, self.spec, self.shard, self.node, self.tally, self.service = env, spec, shard, node, tally, service
+        self.lock = simpy.Resource(env, capacity=1)
+        self.version = 0
+        self.busy_s = 0.0                      # time the lock was held
+        self._reached: dict[int, simpy.Event] = {}  # version -> event of the pulls waiting for it
+        self._snapshot = -1
+        self.kill_updates = {u for s, u in spec.kill_updates if s == shard}
+
+    def _work(self, cpu_s: float, sleep_s: float) -> Iterator[simpy.Event]:
+        f = self.service.factor()
+        if cpu_s > 0:
+            yield self.node.cores.serve(cpu_s * f)
+        if sleep_s > 0:
+            yield self.env.timeout(sleep_s * f)
+
+    def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
+        env, spec = self.env, self.spec
+        t_call = env.now
+        if spec.overhead_s > 0:
+            yield self.node.cores.serve(spec.overhead_s)  # the call's dispatch, outside the lock
+        arrive = env.now
+        with self.lock.request() as req:
+            yield req
+            if self.version in self.kill_updates:     # kill_server: down until Ray has restarted it
+                self.kill_updates.discard(self.version)
+                yield env.timeout(spec.restart_s)
+            start = env.now
+            yield from self._work(spec.apply_cpu_s, spec.apply_sleep_s)
+            self.version += 1
+            self.busy_s += env.now - start
+            self.tally.add(QUEUE, start - arrive)
+            self.tally.add(APPLY, env.now - start)
+            reached = self._reached.pop(self.version, None)
+            if reached is not None:
+                reached.succeed()
+        self.tally.add(PUSH_SERVER, env.now - t_call)
+
+    def pull(self) -> Iterator[simpy.Event]:
+        env = self.env
+        t_call = env.now
+        if self.spec.overhead_s > 0:
+            yield self.node.cores.serve(self.spec.overhead_s)
+        with self.lock.request() as req:
+            yield req
+            start = env.now
+            yield from self._work(self.spec.copy_s, 0.0)
+            self.busy_s += env.now - start
+        self.tally.add(PULL_SERVER, env.now - t_call)
+
+    def pull_at(self, version: int) -> Iterator[simpy.Event]:
+        """Wait until ``version`` updates are applied; the first pull of a version copies the
+        parameters, the others share that snapshot. Returns the seconds waited (the barrier)."""
+        env = self.env
+        t_call = env.now
+        if self.spec.overhead_s > 0:
+            yield self.node.cores.serve(self.spec.overhead_s)
+        t0 = env.now
+        if self.version < version:
+            reached = self._reached.get(version)
+            if reached is None:
+                reached = self._reached[version] = env.event()
+            yield reached
+        with self.lock.request() as req:
+            yield req
+            waited = env.now - t0
+            if self._snapshot != version:
+                start = env.now
+                yield from self._work(self.spec.copy_s, 0.0)
+                self._snapshot = version
+                self.busy_s += env.now - start
+        self.tally.add(PULL_SERVER, env.now - t_call - waited)
+        return waited
+
+
+class SimClock:
+    """The ``ssp`` step clock (``actors/clock.py``): a worker more than ``staleness`` steps ahead
+    of the slowest waits. The minimum is kept incrementally (a count of workers per value)."""
+
+    def __init__(self, env: simpy.Environment, workers: int, staleness: int, call_s: float) -> None:
+        self.env, self.staleness, self.call_s = env, staleness, call_s
+        self.completed = [0] * workers
+        self._at = {0: workers}            # completed steps -> workers there
+        self.slowest = 0
+        self._waiting: dict[int, simpy.Event] = {}  # slowest needed -> event
+
+    def tick(self, worker: int, completed: int) -> Iterator[simpy.Event]:
+        yield self.env.timeout(self.call_s)  # the call to the clock actor and its answer
+        old = self.completed[worker]
+        self.completed[worker] = completed
+        self._at[old] -= 1
+        self._at[completed] = self._at.get(completed, 0) + 1
+        while self._at.get(self.slowest, 0) == 0:
+            self.slowest += 1
+            woken = self._waiting.pop(self.slowest, None)
+            if woken is not None:
+                woken.succeed()
+        need = completed - self.staleness
+        if self.slowest < need:
+            waiting = self._waiting.get(need)
+            if waiting is None:
+                waiting = self._waiting[need] = self.env.event()
+            yield waiting
+
+
+class SimClient:
+    """A worker's calls to every shard (``RayServerClient``): its own side of the transfer, and
+    the S shards' services at once, waiting for all."""
+
+    def __init__(self, env: simpy.Environment, spec: SimSpec, node: Node, shards: list[SimShard]) -> None:
+        self.env, self.spec, self.node, self.shards = env, spec, node, shards
+
+    def _side(self, cpu_s: float, wire_s: float) -> Iterator[simpy.Event]:
+        if cpu_s > 0:
+            yield self.node.cores.serve(cpu_s)  # serialising (or deserialising) the slices
+        if wire_s > 0:
+            yield self.env.timeout(wire_s)      # latency and bytes on the way
+
+    def _all(self, calls: list) -> Iterator[simpy.Event]:
+        """Run the calls at once and wait for all; the last runs in this process (one process
+        fewer to start per call, which is most of the cost of a fork-join in SimPy)."""
+        others = [self.env.process(c) for c in calls[:-1]]
+        last = yield from calls[-1]
+        if others:
+            yield self.env.all_of(others)
+        return [p.value for p in others] + [last]
+
+    def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
+        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        yield from self._all([s.push(worker, step) for s in self.shards])
+
+    def pull(self) -> Iterator[simpy.Event]:
+        yield from self._all([s.pull() for s in self.shards])
+        yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back
+
+    def pull_at(self, version: int) -> Iterator[simpy.Event]:
+        waited = yield from self._all([s.pull_at(version) for s in self.shards])
+        yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
+        return waited

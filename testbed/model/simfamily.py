@@ -1,0 +1,205 @@
+"""The simulated family's glue: a config's ``StepTerms`` into a ``SimSpec``, simulations into
+a ``Prediction`` (every phase, the bound, the utilisation, the knee).
+
+How the terms are split (docs/model.md, "Family 4"):
+
+- a transfer ``t_push`` / ``t_pull`` is the worker's calibrated RPC CPU (``worker_cpu_s``,
+  shared over the push and the pulls of a step in proportion to their time) on a core, and
+  the rest as a delay (latency, bytes on the wire); CPU beyond the transfers runs during
+  compute (``background_s``);
+- a shard's service ``s_push = o + a``: the dispatch o on a core outside the lock, the apply a
+  under the lock, its CPU part on a core and its emulated part (``apply_seconds / S``) slept;
+  a pull's copy ``s_pull - o`` under the lock on a core; what the shards' calibrated CPU
+  (``server_cpu_s``) holds beyond those runs with the worker's background CPU (one burst per
+  step, on a core, not waited for).
+
+Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
+longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
+up to the search limit (``CURVE_POINTS`` geometric points of at most ``CURVE_WORKER_STEPS``
+worker-steps each and ``CURVE_BUDGET`` in all, cached per config apart from its worker count,
+so a sweep over workers simulates its grid once; once the rate has stopped growing, the larger
+counts are taken as flat instead of simulated; where the budget runs out the search stops, and
+``knee_search_max`` says how far it got); the rate between grid points is interpolated linearly.
+
+Pure: SimPy, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import numpy as np
+
+from testbed.model.families import Bound, ModelFamily
+from testbed.model.knee import marginal_knee
+from testbed.model.profile import HardwareProfile, interpolate_setup_s
+from testbed.model.simactors import SimSpec
+from testbed.model.simulation import SimResult, simulate, simulate_init
+from testbed.model.stragglers import stragglers
+from testbed.model.terms import StepTerms, init_read_bytes, steps_per_worker
+
+__all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
+           "CURVE_BUDGET", "CURVE_POINTS"]
+
+POINT_WORKER_STEPS = 10_000   # workers x steps simulated for the config itself
+CURVE_WORKER_STEPS = 3_000    # ... for each point of the knee's grid
+CURVE_BUDGET = 24_000         # ... for the whole grid: the knee search stops where it runs out
+CURVE_POINTS = 18
+CURVE_STEPS = 60              # most steps a grid point simulates (fewer when its budget says so)
+PLATEAU = 1.02               # a rate gaining less than this factor over two grid points has saturated
+MIN_STEPS = 12                # fewest steps a simulation runs (the warm-up is a quarter of them)
+
+
+def _value(choice: Any) -> str:
+    return str(getattr(choice, "value", choice))
+
+
+def _faults(config: Any, kind: str) -> list[Any]:
+    return [f for f in getattr(config, "faults", ()) if getattr(f, "kind", None) == kind]
+
+
+def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Optional[int] = None,
+             service: str = "deterministic") -> SimSpec:
+    """The ``SimSpec`` of ``config`` for ``steps`` steps (default: the config's). Fault steps
+    and updates are scaled by steps / the config's steps, so a shortened run keeps their place."""
+    full = int(config.steps)
+    steps = full if steps is None else steps
+    scale = steps / full
+    k, s = t.pull_every, t.servers
+    worker_cpu = t.worker_cpu_s or 0.0
+    per_step = t.transfer_s
+    cpu_share = min(1.0, worker_cpu / per_step) if per_step > 0 else 0.0
+    overhead = max(0.0, t.push_service_s - t.apply_s)
+    apply_sleep = min(t.apply_s, float(getattr(config, "apply_seconds", 0.0)) / s)
+    apply_cpu = t.apply_s - apply_sleep
+    copy = max(0.0, t.pull_service_s - overhead)
+    services_cpu = s * (overhead + apply_cpu) + s * (overhead + copy) / k
+    restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
+    return SimSpec(
+        workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
+        staleness=int(getattr(config, "staleness", 0)), compute_s=t.compute_s,
+        compute_mode=_value(config.compute.mode), jitter_distribution=t.jitter_distribution,
+        jitter_cv=t.jitter_cv, read_s=t.read_s, read_multipliers=t.read_rate_multipliers,
+        fill_s=t.worker_extra_s,
+        push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
+        pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
+        overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
+        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu),
+        cores=t.cores, call_s=profile.actor_call_latency_s, restart_s=float(restart or 0.0), seed=int(config.seed),
+        stragglers=tuple((w, f, min(steps - 1, round(k0 * scale))) for w, f, k0 in stragglers(config)),
+        kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),
+        kill_updates=tuple((int(f.shard), max(1, round(f.update * scale))) for f in _faults(config, "kill_server")),
+        service=service,
+    )
+
+
+def _simulated_steps(workers: int, steps: int, budget: int) -> int:
+    return min(steps, max(MIN_STEPS, budget // workers))
+
+
+def _grid(n_max: int) -> np.ndarray:
+    return np.unique(np.concatenate([np.arange(1, min(n_max, 4) + 1),
+                                     np.geomspace(1, n_max, CURVE_POINTS).round()]).astype(int))
+
+
+@functools.lru_cache(maxsize=64)
+def _curve(base: SimSpec, n_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Grid worker counts and the steady rate at each (steps per second over all workers),
+    without faults (a curve is the steady state, as every family's). The grid ends early when
+    the next point would take the simulated worker-steps past ``CURVE_BUDGET``."""
+    counts: list[int] = []
+    rates: list[float] = []
+    spent = 0
+    for n in _grid(n_max):
+        n = int(n)
+        if len(rates) >= 3 and n > 4 and max(rates[-2:]) < PLATEAU * rates[-3]:
+            # Saturated: two grid points in a row gained under 2 %; the rest of the grid (the
+            # costliest part, the largest counts) is taken as flat.
+            counts.append(n)
+            rates.append(rates[-1])
+            continue
+        steps = _simulated_steps(n, base.steps, CURVE_WORKER_STEPS)
+        if counts and spent + n * steps > CURVE_BUDGET:
+            break
+        spent += n * steps
+        counts.append(n)
+        rates.append(simulate(dataclasses.replace(base, workers=n, steps=steps)).steady_rate_per_s)
+    return np.asarray(counts), np.asarray(rates)
+
+
+def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: int) -> np.ndarray:
+    """X(n) for n = 1.. the grid's last count (n_max, or less when the budget ran out first):
+    simulated on the grid, linear in between."""
+    # A steady-state rate does not depend on the run's length: simulate up to CURVE_STEPS steps
+    # whatever the config's, so strong-scaling configs (whose steps change with N) share a grid.
+    base = dataclasses.replace(sim_spec(config, profile, t), workers=0, steps=CURVE_STEPS, stragglers=(),
+                               kill_steps=(), kill_updates=())
+    grid, rates = _curve(base, n_max)
+    return np.interp(np.arange(1, int(grid[-1]) + 1), grid, rates)
+
+
+def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
+    """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
+    ``terms.init_seconds`` reads it)."""
+    if config.workload.dataset_bytes <= 0 or profile.disk is None:
+        return profile.actor_call_latency_s
+    disk = profile.disk
+    single = disk.single_stream_bytes_per_s
+    top = max(disk.seq_read_bytes_per_s.values()) / single
+    return simulate_init(workers, init_read_bytes(config, workers) / single,
+                         lambda j: disk.aggregate_bandwidth(j) / single, top,
+                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s)
+
+
+def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:
+    """The train phase's share per resource (seconds over the run) and each simulated centre's
+    utilisation: the shards' locks, the cores (always simulated: every apply and copy is CPU
+    work), the disk when there are step reads."""
+    share = {Bound.DISK: result.share_s["disk"], Bound.COMPUTE: result.share_s["compute"],
+             Bound.NETWORK: result.share_s["network"], Bound.SERVER: result.share_s["server"]}
+    utilization = {Bound.SERVER: result.server_utilization, Bound.COMPUTE: result.cpu_utilization}
+    if result.disk_utilization is not None:
+        utilization[Bound.DISK] = result.disk_utilization
+    return {b: steps * v for b, v in share.items()}, utilization
+
+
+def simulated_prediction(config: Any, profile: HardwareProfile, t: StepTerms, n_max: int) -> dict[str, Any]:
+    """The fields of the simulated family's ``Prediction`` for ``config`` (knee searched up to
+    ``n_max``), with ``share`` and ``utilization`` in place of ``bound``: ``prediction.predict``
+    builds the record and picks the bound the same way for every family (so this module does not
+    import that one, which imports it)."""
+
+    big_n = t.workers
+    steps = int(config.steps)
+    ran = _simulated_steps(big_n, steps, POINT_WORKER_STEPS)
+    result = simulate(sim_spec(config, profile, t, steps=ran))
+    train = result.train_s * steps / ran
+    init = _init_s(config, profile, big_n)
+    setup = t.setup_s(big_n)
+    # The knee: the steady rate on the grid, the whole job's rate from it.
+    rates = simulated_rates(config, profile, t, n_max)
+    n_max = rates.size  # how far the simulated grid reached
+    n = np.arange(1, n_max + 1)
+    grid = _grid(n_max)
+    inits = np.interp(n, grid, [_init_s(config, profile, int(k)) for k in grid])
+    steps_frac = np.array([steps_per_worker(config, int(k)) for k in n])
+    setups = np.array([t.setup_s(int(k)) for k in n])
+    job_rate = n * steps_frac / (setups + inits + steps_frac * n / rates)
+    top = float(rates.max())
+    saturates = rates[-1] < 0.9 * n_max * rates[0]
+    share, utilization = _shares(result, steps)
+    phases = result.phases
+    modelled_setup = t.setup_per_actor_s is not None or bool(t.setup_points)
+    return dict(
+        config_id=str(getattr(config, "config_id", "")), model=ModelFamily.SIMULATED, workers=big_n,
+        servers=t.servers, steps=steps, setup_s=setup, setup_modelled=modelled_setup, init_s=init, train_s=train,
+        total_s=setup + init + train, step_s=train / steps, steps_per_s=big_n * steps / train,
+        read_s=phases["read"], compute_s=phases["compute"], push_s=phases["push"], pull_s=phases["pull"],
+        queue_s=phases["queue"], apply_s=phases["apply"], server_utilization=result.server_utilization,
+        share=share, utilization=utilization, knee_workers=marginal_knee(job_rate),
+        knee_train_workers=marginal_knee(rates),
+        knee_asymptotic=max(1.0, top / float(rates[0])) if saturates else None,
+        knee_search_max=n_max,
+    )

@@ -1,0 +1,177 @@
+"""Building blocks of the simulated family: a processor-sharing resource, phase tallies and
+the compute jitter, all on SimPy (the environment is handed in, never global).
+
+Terms (as in docs/model.md):
+
+- *shared-rate resource* (``SharedRate``): a resource that serves every job present at once,
+  splitting a total rate ``rate(j)`` equally among the ``j`` jobs (egalitarian processor
+  sharing). The node's cores are one (``rate(j) = min(j, K)``: up to K bursts run at full
+  speed, more time-share the K cores, the limit of round-robin with vanishing quanta); the
+  disk is another (``rate(j) = B(j) / B(1)``, the measured aggregate bandwidth of j readers).
+  A job's *work* is its duration alone on the resource, so a burst of ``w`` seconds of CPU
+  takes ``w`` seconds when the cores are free and longer when they are not.
+- *tally*: the sum and count of one phase's events, so a phase's mean is what the measured
+  summary reports as ``<phase>_mean_s``.
+
+Pure: SimPy, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable
+
+import numpy as np
+import simpy
+
+__all__ = ["SharedRate", "Tally", "PhaseTimer", "draw_factors", "multipliers_rate", "cores_rate"]
+
+# Relative slack when deciding that a job's work is done: the virtual clock is a sum of
+# products, and a job must not wait for a second timer over a rounding error.
+_EPS = 1e-12
+
+
+def cores_rate(cores: int) -> Callable[[int], float]:
+    """rate(j) = min(j, K): up to K jobs at full speed, more share K cores."""
+    return lambda j: float(j if j < cores else cores)
+
+
+def multipliers_rate(multipliers: tuple[float, ...] | Callable[[int], float]) -> Callable[[int], float]:
+    """rate(j) = alpha(j), the j-th multiplier (flat past the last one), or a callable."""
+    if callable(multipliers):
+        return multipliers
+    alphas = tuple(float(a) for a in multipliers) or (1.0,)
+    last = alphas[-1]
+    return lambda j: alphas[j - 1] if j <= len(alphas) else last
+
+
+class SharedRate:
+    """Processor sharing: the ``j`` jobs present each progress at ``rate(j) / j``.
+
+    Kept as a virtual clock (the work each present job has received since the resource was
+    created): a job arriving at virtual time ``v`` with work ``w`` leaves at ``v + w``, so one
+    heap of finish marks and one pending timer serve any number of jobs. A timer made stale
+    by an arrival or a departure is ignored when it fires (its generation has passed).
+    """
+
+    def __init__(self, env: simpy.Environment, rate: Callable[[int], float], top_rate: float) -> None:
+        self.env = env
+        self.rate = rate
+        self.top_rate = top_rate        # the largest rate(j): the utilisation's denominator
+        self._jobs: list[tuple[float, int, simpy.Event]] = []  # (finish mark, sequence, done)
+        self._virtual = 0.0
+        self._stamp = env.now
+        self._seq = 0
+        self._generation = 0
+        self._wake_at: float | None = None  # when the pending timer fires
+        self.served = 0.0               # integral of rate(j) dt: work done, for the utilisation
+
+    def _advance(self) -> None:
+        j = len(self._jobs)
+        now = self.env.now
+        if j:
+            total = self.rate(j)
+            self._virtual += (now - self._stamp) * total / j
+            self.served += (now - self._stamp) * total
+        self._stamp = now
+
+    def serve(self, work_s: float) -> simpy.Event:
+        """An event that fires when ``work_s`` seconds of work (at rate 1) are done."""
+        done = self.env.event()
+        if work_s <= 0:
+            done.succeed()
+            return done
+        self._advance()
+        heapq.heappush(self._jobs, (self._virtual + work_s, self._seq, done))
+        self._seq += 1
+        self._schedule()
+        return done
+
+    def _schedule(self) -> None:
+        if not self._jobs:
+            return
+        j = len(self._jobs)
+        per_job = self.rate(j) / j
+        fire = self.env.now + max(0.0, (self._jobs[0][0] - self._virtual) / per_job)
+        if self._wake_at is not None and self._wake_at <= fire:
+            # The pending timer fires no later than needed: keep it (if early, it finds no job
+            # done and sets the next one). Arrivals that slow everyone cost no new timer.
+            return
+        self._generation += 1
+        self._wake_at = fire
+        timer = self.env.timeout(fire - self.env.now)
+        generation = self._generation
+        timer.callbacks.append(lambda _event: self._expire(generation))
+
+    def _expire(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        self._wake_at = None
+        self._advance()
+        slack = _EPS * max(1.0, abs(self._virtual))
+        while self._jobs and self._jobs[0][0] <= self._virtual + slack:
+            heapq.heappop(self._jobs)[2].succeed()
+        self._schedule()
+
+    def utilization(self, elapsed_s: float) -> float:
+        """Work done over what the top rate could have done in ``elapsed_s``."""
+        self._advance()
+        return self.served / (elapsed_s * self.top_rate) if elapsed_s > 0 and self.top_rate > 0 else 0.0
+
+
+class Tally:
+    """Sum and count per phase (the simulated events are never kept one by one)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, phase: str, duration_s: float) -> None:
+        self.sums[phase] = self.sums.get(phase, 0.0) + duration_s
+        self.counts[phase] = self.counts.get(phase, 0) + 1
+
+    def mean(self, phase: str) -> float:
+        n = self.counts.get(phase, 0)
+        return self.sums[phase] / n if n else 0.0
+
+    def merge(self, other: "Tally") -> None:
+        for phase, total in other.sums.items():
+            self.sums[phase] = self.sums.get(phase, 0.0) + total
+            self.counts[phase] = self.counts.get(phase, 0) + other.counts[phase]
+
+
+class PhaseTimer:
+    """``with timer:`` adds the simulated time of the block to one phase of a tally, as
+    ``EventRecorder.timed`` does in the real worker. One per actor and phase (an actor is
+    in one phase at a time), so timing allocates nothing."""
+
+    __slots__ = ("env", "tally", "phase", "start")
+
+    def __init__(self, env: simpy.Environment, tally: Tally, phase: str) -> None:
+        self.env, self.tally, self.phase, self.start = env, tally, phase, 0.0
+
+    def __enter__(self) -> "PhaseTimer":
+        self.start = self.env.now
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.tally.add(self.phase, self.env.now - self.start)
+
+
+def draw_factors(rng: np.random.Generator, distribution: str, cv: float, shape: tuple[int, ...]) -> np.ndarray:
+    """Jitter factors of mean 1 and coefficient of variation ``cv``, drawn as
+    ``testbed.emulation.compute.ComputePlan.factor`` draws them (never negative)."""
+    if distribution == "none" or cv == 0:
+        return np.ones(shape)
+    if distribution == "uniform":
+        a = min(cv * math.sqrt(3.0), 1.0)
+        return rng.uniform(1 - a, 1 + a, size=shape)
+    if distribution == "normal":
+        return np.maximum(0.0, rng.normal(1.0, cv, size=shape))
+    if distribution == "lognormal":
+        sigma = math.sqrt(math.log1p(cv * cv))
+        return rng.lognormal(-sigma * sigma / 2, sigma, size=shape)
+    if distribution == "exponential":
+        return np.maximum(0.0, 1.0 + cv * (rng.exponential(1.0, size=shape) - 1.0))
+    raise ValueError(f"unknown jitter distribution {distribution!r}")

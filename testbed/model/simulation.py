@@ -1,0 +1,231 @@
+"""The simulated family: a discrete-event simulation of the testbed's own protocol (SimPy).
+
+``SimWorker.train`` is ``actors/worker.py``'s ``Worker.train`` line for line, on simulated
+time; the shards, the step clock and the client are in ``simactors.py``; ``simulate_init``
+runs the init phase through the I/O gate of ``actors/gate.py``. ``simulate(spec)`` runs the
+train phase of one config and returns its ``SimResult``; ``testbed/model/simfamily.py`` builds
+the ``SimSpec`` from the config's ``StepTerms`` and turns results into a ``Prediction``.
+
+Random draws (compute jitter, exponential service) come from one ``numpy.random.Generator``
+the simulation owns, seeded from the config's seed and the worker count: the same spec gives
+the same result. Pure: SimPy, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import simpy
+
+from testbed.model.simactors import (
+    APPLY,
+    PULL_SERVER,
+    PUSH_SERVER,
+    QUEUE,
+    Node,
+    Service,
+    SimClient,
+    SimClock,
+    SimShard,
+    SimSpec,
+)
+from testbed.model.simkit import PhaseTimer, SharedRate, Tally, draw_factors
+
+__all__ = ["SimResult", "SimWorker", "simulate", "simulate_init", "WARMUP_FRACTION"]
+
+READ, COMPUTE, PUSH, PULL, BARRIER, RESTART = "read", "compute", "push", "pull", "barrier", "restart"
+# The steady rate is counted after every worker has done this fraction of its steps (the
+# first steps start in lock step, which is not the steady state of an async run).
+WARMUP_FRACTION = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    """One simulation's outcome: the train phase, every phase's mean, utilisations, shares."""
+    workers: int
+    steps: int
+    train_s: float                  # until the last worker's last step
+    step_s: float                   # mean step over all workers (their own train time / steps)
+    steady_rate_per_s: float        # steps per second over all workers, after the warm-up
+    phases: dict[str, float]        # mean per event: read, compute, push, pull, queue, apply, barrier
+    server_utilization: float       # mean over shards of the lock's busy fraction
+    cpu_utilization: float
+    disk_utilization: Optional[float]
+    share_s: dict[str, float]       # per step: disk, compute, network, server
+    events: int                     # SimPy events scheduled (for the benchmark)
+
+
+class SimWorker:
+    """Worker ``index`` (``actors/worker.py``'s ``Worker``): its step loop on simulated time."""
+
+    def __init__(self, env: simpy.Environment, spec: SimSpec, index: int, node: Node, client: SimClient,
+                 clock: Optional[SimClock], tally: Tally, factors: np.ndarray) -> None:
+        self.env, self.spec, self.index, self.node, self.client, self.clock = env, spec, index, node, client, clock
+        self.timed = {p: PhaseTimer(env, tally, p) for p in (READ, COMPUTE, PUSH, PULL, BARRIER, RESTART)}
+        self.tally = tally
+        self.durations = (factors * spec.compute_s).tolist()  # each step's compute: jitter x slowdown
+        self.kill_steps = {s for w, s in spec.kill_steps if w == index}
+        self.step_ends = np.zeros(spec.steps)
+        self.steps_done = 0
+
+    def train(self) -> Iterator[simpy.Event]:
+        spec, env, node = self.spec, self.env, self.node
+        steps = spec.steps
+        pull_every = spec.pull_every
+        mode = spec.mode
+        for step in range(self.steps_done, steps):
+            if step in self.kill_steps:  # kill_worker: the process exits, Ray restarts it, it resumes here
+                with self.timed[RESTART]:
+                    yield env.timeout(spec.restart_s)
+            if spec.read_s > 0:
+                with self.timed[READ]:
+                    yield node.disk.serve(spec.read_s)
+            with self.timed[COMPUTE]:
+                yield from self.compute(step)
+            if spec.fill_s > 0:
+                yield node.cores.serve(spec.fill_s)  # grad = self.source.fill(step): untimed
+            with self.timed[PUSH]:
+                yield from self.client.push(self.index, step)
+            if mode == "sync":
+                yield from self._sync_pull(step)
+            else:
+                if mode == "ssp" and step + 1 < steps:
+                    with self.timed[BARRIER]:
+                        yield from self.clock.tick(self.index, step + 1)
+                if (step + 1) % pull_every == 0:
+                    with self.timed[PULL]:
+                        yield from self.client.pull()
+            self.steps_done = step + 1
+            self.step_ends[step] = env.now
+
+    def compute(self, step: int) -> Iterator[simpy.Event]:
+        """Sleep (no core), or spin and matmul (a core, time-shared with everyone's CPU work)."""
+        if self.spec.background_s > 0:
+            # The processes' other CPU (Ray's threads, recording events, the shards' share for this
+            # step) runs while the worker computes; nobody waits for it, but it takes a core.
+            self.node.cores.serve(self.spec.background_s)
+        duration = self.durations[step]
+        if duration <= 0:
+            return
+        if self.spec.compute_mode == "sleep":
+            yield self.env.timeout(duration)
+        else:
+            yield self.node.cores.serve(duration)
+
+    def _sync_pull(self, step: int) -> Iterator[simpy.Event]:
+        """Pull the parameters as of all N pushes of ``step``, split into ``barrier`` and ``pull``."""
+        t0 = self.env.now
+        waited = yield from self.client.pull_at(self.spec.workers * (step + 1))
+        total = self.env.now - t0
+        barrier = min(total, max(waited))
+        self.tally.add(BARRIER, barrier)
+        self.tally.add(PULL, total - barrier)
+
+
+def _factors(spec: SimSpec, rng: np.random.Generator) -> np.ndarray:
+    """Per worker and step: the jitter factor (sleep and spin; matmul has none) times the
+    straggler's slowdown from its first slow step."""
+    shape = (spec.workers, spec.steps)
+    if spec.compute_mode == "matmul":
+        factors = np.ones(shape)
+    else:
+        factors = draw_factors(rng, spec.jitter_distribution, spec.jitter_cv, shape)
+    for worker, factor, from_step in spec.stragglers:
+        if worker < spec.workers:
+            factors[worker, from_step:] *= factor
+    return factors
+
+
+def _steady_rate(ends: np.ndarray, train_s: float) -> float:
+    """Step completions per second between the end of every worker's warm-up and the first
+    worker's last step (all still running); the whole run's rate when that window is empty."""
+    workers, steps = ends.shape
+    warm = int(steps * WARMUP_FRACTION)
+    if steps >= 8:
+        t1, t2 = float(ends[:, warm - 1].max()), float(ends[:, -1].min())
+        if t2 > t1:
+            done = np.count_nonzero((ends > t1) & (ends <= t2))
+            return done / (t2 - t1)
+    return workers * steps / train_s
+
+
+def simulate(spec: SimSpec) -> SimResult:
+    """Run the train phase of ``spec``: N workers from step 0 at time 0 (the driver starts
+    them together after init), until the last one has done its last step."""
+    env = simpy.Environment()
+    rng = np.random.default_rng([spec.seed, 7, spec.workers])
+    node = Node(env, spec)
+    shard_tally, worker_tally = Tally(), Tally()
+    service = Service(rng, spec.service == "exponential")
+    shards = [SimShard(env, spec, s, node, shard_tally, service) for s in range(spec.servers)]
+    clock = SimClock(env, spec.workers, spec.staleness, spec.call_s) if spec.mode == "ssp" else None
+    client = SimClient(env, spec, node, shards)
+    factors = _factors(spec, rng)
+    workers = [SimWorker(env, spec, i, node, client, clock, worker_tally, factors[i]) for i in range(spec.workers)]
+    for w in workers:
+        env.process(w.train())
+    env.run()
+    train_s = env.now
+    ends = np.stack([w.step_ends for w in workers])
+    tally = worker_tally
+    tally.merge(shard_tally)
+    phases = {p: tally.mean(p) for p in (READ, COMPUTE, PUSH, PULL, QUEUE, APPLY, BARRIER)}
+    k = spec.pull_every
+    pulls_per_step = 1.0 if spec.mode == "sync" else 1.0 / k
+    server = tally.mean(PUSH_SERVER) + tally.mean(PULL_SERVER) * pulls_per_step + phases[BARRIER]
+    network = (phases[PUSH] - tally.mean(PUSH_SERVER)) + (phases[PULL] - tally.mean(PULL_SERVER)) * pulls_per_step
+    share = {"disk": phases[READ], "compute": phases[COMPUTE] + spec.fill_s, "network": max(0.0, network),
+             "server": server}
+    return SimResult(
+        workers=spec.workers, steps=spec.steps, train_s=train_s, step_s=float(ends[:, -1].mean()) / spec.steps,
+        steady_rate_per_s=_steady_rate(ends, train_s), phases=phases,
+        server_utilization=sum(s.busy_s for s in shards) / (len(shards) * train_s) if train_s > 0 else 0.0,
+        cpu_utilization=node.cores.utilization(train_s),
+        disk_utilization=node.disk.utilization(train_s) if spec.read_s > 0 else None,
+        share_s=share, events=next(env._eid),  # SimPy's own counter of scheduled events
+    )
+
+
+class _Gate:
+    """The I/O gate (``actors/gate.py``): one token, handed on in worker order."""
+
+    def __init__(self, env: simpy.Environment, order: Sequence[int]) -> None:
+        self._turn = {w: env.event() for w in order}
+        self._next = dict(zip(order, list(order[1:]) + [None]))
+        self._turn[order[0]].succeed()
+
+    def acquire(self, worker: int) -> simpy.Event:
+        return self._turn[worker]
+
+    def release(self, worker: int) -> None:
+        following = self._next[worker]
+        if following is not None:
+            self._turn[following].succeed()
+
+
+def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top_rate: float,
+                  sequential: bool, call_s: float) -> float:
+    """The init phase: the driver's call, then every worker reads ``read_s`` of work alone on
+    the disk, through the gate one after another (``sequential``: a call to take the token and
+    one to hand it on) or all at once, sharing the disk by its concurrency curve ``rate``."""
+    if read_s <= 0:
+        return call_s
+    env = simpy.Environment()
+    disk = SharedRate(env, rate, top_rate)
+    gate = _Gate(env, list(range(workers))) if sequential else None
+
+    def reader(index: int) -> Iterator[simpy.Event]:
+        if gate is not None:
+            yield gate.acquire(index)          # init_wait
+            yield env.timeout(call_s)          # the token's grant reaches the worker
+        yield disk.serve(read_s)               # init_read
+        if gate is not None:
+            yield env.timeout(call_s)          # release: the call that hands the token on
+            gate.release(index)
+
+    for i in range(workers):
+        env.process(reader(i))
+    env.run()
+    return call_s + env.now

@@ -1,0 +1,226 @@
+"""The simulated family against results that can be derived exactly: one worker (the closed
+form), N workers in sync lock step (a burst per step), exponential service (exact MVA), the
+init phase (the gate), stragglers, kills, and determinism.
+
+Profile figures are round, as in test_model_families: L = 1 ms, W = 1 MB/s, A = 1 MB/s."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from testbed.config.spec import ConfigFields
+from testbed.model import Centre, ModelFamily, init_seconds, predict, solve_mva, step_terms
+from testbed.model.profile import DiskProfile, HardwareProfile
+from testbed.model.simfamily import sim_spec
+from testbed.model.simkit import SharedRate, cores_rate
+from testbed.model.simulation import simulate
+
+MS = 1e-3
+
+
+def profile(**changes) -> HardwareProfile:
+    base = dict(identity={}, cores_per_node=64, server_apply_bytes_per_s=1e6, server_call_overhead_s=MS,
+                actor_call_latency_s=MS, transfer_bytes_per_s_local=1e6, flops_per_s=1e9,
+                disk=DiskProfile(seq_read_bytes_per_s={1: 1e6, 2: 1.5e6, 4: 2e6}, block_bytes=4096))
+    base.update(changes)
+    return HardwareProfile(**base)
+
+
+def config(**fields) -> ConfigFields:
+    base = {"gradient_bytes": 1000, "compute": {"seconds": 0.01}, "workload": {"steps": 40}}
+    base.update(fields)
+    return ConfigFields.model_validate(base)
+
+
+def run(cfg: ConfigFields, prof: HardwareProfile, **kw):
+    return simulate(sim_spec(cfg, prof, step_terms(cfg, prof), **kw))
+
+
+@pytest.mark.parametrize("fields,extra", [
+    ({}, {}),
+    # two shards, a pull every 2 steps, step reads, gradient production, calibrated RPC and shard CPU
+    ({"servers": 2, "pull_every": 2, "data": {"step_reads": "sequential"},
+      "workload": {"steps": 40, "dataset_bytes": 10**6, "minibatch": 4, "sample_bytes": 1000}},
+     {"gradient_fill_bytes_per_s": 1e6, "worker_cpu_per_step_s": 2 * MS, "server_cpu_per_step_s": 3 * MS}),
+    ({"apply_seconds": 0.004, "sync": "sync"}, {}),
+    ({"sync": "ssp", "staleness": 1}, {}),
+])
+def test_one_worker_equals_the_closed_form(fields, extra):
+    cfg, prof = config(**fields), profile(extra=extra)
+    t = step_terms(cfg, prof)
+    r = run(cfg, prof)
+    clock = MS if cfg.sync.value == "ssp" else 0.0  # the tick of the step clock, every step but the last
+    step = t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s
+    assert r.train_s == pytest.approx(cfg.steps * step + (cfg.steps - 1) * clock, rel=1e-9)
+    assert r.phases["push"] == pytest.approx(t.push_transfer_s + t.push_service_s, rel=1e-9)
+    assert r.phases["pull"] == pytest.approx(t.pull_transfer_s + t.pull_service_s, rel=1e-9)
+    assert r.phases["queue"] == pytest.approx(0.0, abs=1e-12)
+    assert r.phases["apply"] == pytest.approx(t.apply_s, rel=1e-9)
+    assert r.phases["read"] == pytest.approx(t.read_s, rel=1e-9)
+    p = predict(cfg, prof, ModelFamily.SIMULATED)
+    assert p.step_s == pytest.approx(step + clock * (cfg.steps - 1) / cfg.steps, rel=1e-9)
+
+
+@pytest.mark.parametrize("workers", [2, 5, 16])
+def test_sync_lock_step_pays_the_burst_every_step(workers):
+    # o = 0 and free cores: every step the N pushes reach the shard together, apply one after
+    # another (a each), the pulls wait for the last and share one copy, so the whole step is the
+    # lone step plus (N - 1) applies; the k-th push in the burst waits (k - 1) a.
+    prof = profile(server_call_overhead_s=0.0)
+    cfg = config(workers=workers, sync="sync")
+    t = step_terms(cfg, prof)
+    lone = run(config(workers=1, sync="sync"), prof).train_s / cfg.steps
+    r = run(cfg, prof)
+    assert lone == pytest.approx(t.compute_s + t.transfer_s + t.server_demand_s, rel=1e-9)
+    assert r.train_s / cfg.steps == pytest.approx(lone + (workers - 1) * t.apply_s, rel=1e-9)
+    assert r.phases["queue"] == pytest.approx((workers - 1) / 2 * t.apply_s, rel=1e-9)
+    # The worker served k-th waits at the barrier for the N - k applies after it, and all but the
+    # first to take the lock then wait for its snapshot copy (o = 0: the copy is all of s_pull).
+    copy = t.pull_service_s
+    assert r.phases["barrier"] == pytest.approx((workers - 1) / 2 * t.apply_s + (workers - 1) / workers * copy,
+                                                rel=1e-9)
+
+
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_exponential_service_matches_exact_mva(workers):
+    # No pulls, no dispatch overhead, free cores: one FCFS centre of demand a, think time
+    # c + t_push, which MVA solves exactly when the service is exponential.
+    prof = profile(server_call_overhead_s=0.0)
+    cfg = config(workers=workers, gradient_bytes=4000, pull_every=10**6, compute={"seconds": 0.008},
+                 workload={"steps": 4000})
+    t = step_terms(cfg, prof)
+    r = run(cfg, prof, service="exponential")
+    mva = solve_mva([Centre("server", t.apply_s)], t.compute_s + t.push_transfer_s, workers)
+    assert r.steady_rate_per_s == pytest.approx(mva.throughput_per_s[workers], rel=0.02)
+    assert r.server_utilization == pytest.approx(mva.utilization("server")[workers], rel=0.03)
+
+
+def test_same_seed_same_result_and_the_seed_matters():
+    cfg = config(workers=6, compute={"seconds": 0.01, "jitter": {"distribution": "lognormal", "cv": 0.3}})
+    a, b = run(cfg, profile()), run(cfg, profile())
+    assert a == b
+    assert run(config(**{**cfg.model_dump(), "seed": 1}), profile()).train_s != a.train_s
+    assert predict(cfg, profile(), ModelFamily.SIMULATED) == predict(cfg, profile(), ModelFamily.SIMULATED)
+
+
+@pytest.mark.parametrize("partition,io", [("shard", "parallel"), ("shard", "sequential"), ("full", "sequential"),
+                                          ("full", "parallel")])
+def test_init_through_the_gate_equals_the_closed_form(partition, io):
+    cfg = config(workers=4, workload={"steps": 10, "dataset_bytes": 1_000_000},
+                 data={"partition": partition, "init_io": io})
+    p = predict(cfg, profile(), ModelFamily.SIMULATED)
+    assert p.init_s == pytest.approx(init_seconds(cfg, profile(), 4, ideal=False), rel=1e-9)
+
+
+def test_processor_sharing_resource():
+    # Two 1 s jobs on one core end together at 2 s; on two cores both at 1 s; a third job of
+    # 0.5 s arriving with them on one core ends at 1.5 s (a third of the core each until then).
+    for cores, works, ends in [(1, [1.0, 1.0], [2.0, 2.0]), (2, [1.0, 1.0], [1.0, 1.0]),
+                               (1, [1.0, 1.0, 0.5], [2.5, 2.5, 1.5])]:
+        env = simpy.Environment()
+        cpu = SharedRate(env, cores_rate(cores), float(cores))
+        got = {}
+        for i, w in enumerate(works):
+            cpu.serve(w).callbacks.append(lambda _e, i=i: got.__setitem__(i, env.now))
+        env.run()
+        assert [got[i] for i in range(len(works))] == pytest.approx(ends)
+        assert cpu.utilization(env.now) == pytest.approx(sum(works) / (cores * env.now))
+
+
+def test_cores_are_time_shared():
+    # Four workers spinning 10 ms on two cores: their compute stretches towards twice its length.
+    cfg = config(workers=4, compute={"mode": "spin", "seconds": 0.01}, gradient_bytes=400)
+    r = run(cfg, profile(cores_per_node=2))
+    assert 1.5 * 0.01 < r.phases["compute"] <= 2 * 0.01 * (1 + 1e-9)
+    assert r.cpu_utilization > 0.9
+    assert run(cfg, profile()).phases["compute"] == pytest.approx(0.01, rel=1e-9)
+
+
+def test_a_lock_held_while_waiting_for_a_core_slows_the_shard():
+    # The apply is CPU under the lock: with the cores taken by spinning workers it takes longer,
+    # which MVA's separate centres cannot show.
+    cfg = config(workers=6, gradient_bytes=2000, compute={"mode": "spin", "seconds": 0.01})
+    crowded = run(cfg, profile(cores_per_node=2))
+    free = run(cfg, profile(cores_per_node=64))
+    assert free.phases["apply"] == pytest.approx(0.002, rel=1e-9)
+    assert crowded.phases["apply"] > 1.5 * free.phases["apply"]
+
+
+def test_stragglers_and_ssp():
+    slow = [{"kind": "straggler", "worker": 0, "factor": 3.0, "from_step": 10}]
+    base = config(workers=4, faults=slow)
+    t = step_terms(base, profile())
+    p = predict(base, profile(), ModelFamily.SIMULATED)
+    lone = t.compute_s + t.transfer_s + t.server_demand_s
+    # async: the straggler finishes last, 2 c later for each of its 30 slowed steps; once slowed it
+    # falls out of the others' lock-step burst, so its steps hardly queue (the lone step)
+    assert p.train_s == pytest.approx(40 * lone + 30 * 2 * t.compute_s, rel=0.01)
+    assert p.train_s < predict(config(workers=4), profile(), ModelFamily.SIMULATED).train_s + 30 * 2 * t.compute_s
+    assert p.compute_s == pytest.approx(t.compute_s * (1 + 2 * 30 / (4 * 40)), rel=1e-9)
+    # ssp with staleness 0: the others are held to the straggler's pace and wait at the clock
+    ssp = run(config(workers=4, faults=slow, sync="ssp", staleness=0), profile())
+    free = run(config(workers=4, faults=slow), profile())
+    assert ssp.phases["barrier"] > 0.01 and free.phases["barrier"] == 0.0
+    assert ssp.train_s >= free.train_s
+
+
+def test_kills_cost_a_restart():
+    prof = profile(extra={"actor_setup_s": 0.5})
+    killed = run(config(workers=2, restarts=1, faults=[{"kind": "kill_worker", "worker": 1, "step": 5}]), prof)
+    plain = run(config(workers=2), prof)
+    assert killed.train_s == pytest.approx(plain.train_s + 0.5, rel=0.01)
+    down = run(config(workers=2, restarts=1, faults=[{"kind": "kill_server", "shard": 0, "update": 20}]), prof)
+    assert down.train_s == pytest.approx(plain.train_s + 0.5, rel=0.05)
+
+
+def test_prediction_has_a_knee_and_a_bound():
+    p = predict(config(workers=8), profile(cores_per_node=2), ModelFamily.SIMULATED)
+    assert p.model is ModelFamily.SIMULATED and p.knee_train_workers is not None
+    assert 2 <= p.knee_train_workers <= 20 and p.knee_asymptotic is not None
+    assert p.train_s == pytest.approx(p.steps * p.step_s) and p.server_utilization is not None
+    assert all(np.isfinite(list(p.phases.values())))
+
+
+def test_the_simulated_family_does_not_import_ray():
+    code = ("import sys; from testbed.model import simfamily, simulation; "
+            "bad = [m for m in ('ray', 'pandas') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+small_configs = st.fixed_dictionaries({
+    "workers": st.integers(1, 12),
+    "servers": st.integers(1, 3),
+    "sync": st.sampled_from(["async", "sync", "ssp"]),
+    "staleness": st.integers(0, 3),
+    "gradient_bytes": st.integers(4, 5000).map(lambda n: 12 * n),
+    "apply_seconds": st.sampled_from([0.0, 0.002]),
+    "compute": st.fixed_dictionaries({
+        "mode": st.sampled_from(["sleep", "spin"]), "seconds": st.floats(0.0, 0.02),
+        "jitter": st.fixed_dictionaries({"distribution": st.sampled_from(["none", "uniform", "exponential"]),
+                                         "cv": st.floats(0.0, 0.5)})}),
+    "workload": st.fixed_dictionaries({"steps": st.integers(1, 30)}),
+})
+
+
+@settings(max_examples=12, deadline=None)
+@given(fields=small_configs, cores=st.integers(1, 4), cpu=st.one_of(st.none(), st.floats(0.0, 2e-3)))
+def test_property_simulated_prediction_is_consistent_and_never_beats_a_lone_worker(fields, cores, cpu):
+    cfg = ConfigFields.model_validate(fields)
+    prof = profile(cores_per_node=cores, extra={} if cpu is None else {"worker_cpu_per_step_s": cpu})
+    t = step_terms(cfg, prof)
+    p = predict(cfg, prof, ModelFamily.SIMULATED)
+    assert p.total_s == pytest.approx(p.setup_s + p.init_s + p.train_s)
+    assert p.train_s == pytest.approx(p.steps * p.step_s)
+    assert all(v >= 0 for v in p.phases.values())
+    # Contention only adds time: a step is never shorter than one worker's transfers and services
+    # alone (its compute is left out, as jitter can shorten it).
+    assert p.step_s >= (t.transfer_s + t.server_demand_s) * (1 - 1e-9)
+    assert 0 <= (p.server_utilization or 0) <= 1 + 1e-9
+    assert p == predict(cfg, prof, ModelFamily.SIMULATED)
