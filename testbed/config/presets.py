@@ -122,7 +122,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("bert-base", "BERT-base", 110_000_000,
            "Devlin, Chang, Lee, Toutanova 2019, BERT: Pre-training of Deep Bidirectional Transformers for "
            "Language Understanding (110M)",
-           (StepTiming("v100", "NVIDIA V100", None, None, "",
+           (StepTiming("none", "-", None, None, "",
                        note=_NO_TRANSFORMER_TIME + "; NVIDIA's BERT tables (repository NVIDIA/DeepLearningExamples) "
                        "are for BERT-large"),)),
     Preset("bert-large", "BERT-large", 340_000_000,
@@ -141,14 +141,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("gpt2", "GPT-2 small", 124_000_000,
            "repository openai/gpt-2, README.md (124M; the paper's 117M was a counting error); Radford et al. "
            "2019, Language Models are Unsupervised Multitask Learners",
-           (StepTiming("v100", "NVIDIA V100", None, None, "",
+           (StepTiming("none", "-", None, None, "",
                        note=_NO_TRANSFORMER_TIME + "; the GPT-2 paper and repository publish none"),),
            dataset_bytes=40_000_000_000,
            data_source="Radford et al. 2019: WebText, about 40 GB of text"),
     Preset("gpt2-medium", "GPT-2 medium", 355_000_000,
            "repository openai/gpt-2, README.md (355M; the paper's 345M was a counting error); Radford et al. "
            "2019, Language Models are Unsupervised Multitask Learners",
-           (StepTiming("v100", "NVIDIA V100", None, None, "",
+           (StepTiming("none", "-", None, None, "",
                        note=_NO_TRANSFORMER_TIME + "; the GPT-2 paper and repository publish none"),),
            dataset_bytes=40_000_000_000,
            data_source="Radford et al. 2019: WebText, about 40 GB of text"),
@@ -239,6 +239,6 @@ def preset_summary(spec: dict[str, Any]) -> Optional[str]:
     except ValueError:
         return f"Preset: `{name}` (not a preset this version ships), scale {spec.get('preset_scale', 1.0):g}."
     step = (f"{timing.seconds:.3g} s a step of {timing.batch} on {timing.gpu} ({timing.source})"
-            if timing.seconds is not None else f"no per-step time ({timing.note})")
+            if timing.seconds is not None else "no published per-step time: compute.seconds from the spec")
     return (f"Preset: `{name}` ({preset.title}, {preset.parameters:,} parameters: {preset.parameters_source}; "
             f"{step}), scale {spec.get('preset_scale', 1.0):g}: gradient and compute multiplied by it.")

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import pandas as pd
 
+from testbed.config.presets import preset_summary
 from testbed.records.events import Phase, Role
 from testbed.records.rundir import RunFolder, atomic_write_text
 from testbed.records.summary import summarize
@@ -47,6 +48,7 @@ def write_report(run_dir: str | Path) -> Path:
     lines = [f"# {folder.manifest['experiment']}: run {folder.manifest['run_id']}", "",
              f"Status: {folder.manifest['status']}; started {folder.manifest['started']}, "
              f"ended {folder.manifest.get('ended')}.", ""]
+    lines += [line, ""] if (line := preset_summary(folder.manifest.get("spec") or {})) else []
     lines += data_section(folder.manifest)
     lines += summary_section(summary)
     lines += reliability_section(folder.manifest, events, summary)
