@@ -96,7 +96,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             _from_rate("k80", "NVIDIA Tesla K80", 512, 639, _TF_K80)),
            _IMAGENET_SAMPLE_BYTES, _IMAGENET_SAMPLES, _IMAGENET_SAMPLES * _IMAGENET_SAMPLE_BYTES, _IMAGENET),
     Preset("vgg16", "VGG-16", 138_357_544,
-           "torchvision model documentation, vgg16 (num_params); Keras Applications table (138.4M); "
+           "torchvision model documentation, vgg16 (VGG16_Weights.IMAGENET1K_V1, num_params); Keras "
+           "Applications table (138.4M); "
            "Simonyan, Zisserman 2015, Very Deep Convolutional Networks for Large-Scale Image Recognition",
            (_from_rate("p100", "NVIDIA Tesla P100", 64, 154, _TF_P100),
             _from_rate("k80", "NVIDIA Tesla K80", 32, 34.2, _TF_K80)),
@@ -113,8 +114,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             _from_rate("p100", "NVIDIA Tesla P100", 64, 218, _TF_P100)),
            _IMAGENET_SAMPLE_BYTES, _IMAGENET_SAMPLES, _IMAGENET_SAMPLES * _IMAGENET_SAMPLE_BYTES, _IMAGENET),
     Preset("inception3", "Inception-v3", 23_851_784,
-           "Keras Applications table, InceptionV3 (23.9M, with the classifier); torchvision's inception_v3 "
-           "counts 27.2M because it keeps the auxiliary classifier; Szegedy et al. 2016, Rethinking the "
+           "Keras Applications table, InceptionV3 (23.9M, with the classifier; torchvision's inception_v3 "
+           "counts about 27.2M with its auxiliary classifier); Szegedy et al. 2016, Rethinking the "
            "Inception Architecture for Computer Vision",
            (_from_rate("p100", "NVIDIA Tesla P100", 64, 142, _TF_P100),
             _from_rate("k80", "NVIDIA Tesla K80", 64, 30.6, _TF_K80)),
