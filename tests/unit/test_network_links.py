@@ -160,3 +160,70 @@ def test_endpoint_receive_and_send_wait_with_a_fake_clock():
     clock = FakeClock()
     shard = Endpoint("s", 1000.0, 0.1, network=_network(clock))
     assert shard.receive(500) == pytest.approx(0.6) and shard.send(1000) == pytest.approx(1.1)
+
+
+class ManualClock:
+    """Time set by the test's thread; the transfers' threads poll it (a short real wait), so the
+    test decides every instant at which the shared state is read: the results don't depend on
+    how the threads are scheduled."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, cond, timeout_s: float) -> None:
+        cond.wait(0.002)
+
+    def sleep(self, s: float) -> None:
+        raise AssertionError("no latency in these tests")
+
+
+def _start(net: Network, nbytes: float, link: Link, out: dict, key: str) -> threading.Thread:
+    thread = threading.Thread(target=lambda: out.__setitem__(key, net.transfer(nbytes, link)), daemon=True)
+    thread.start()
+    return thread
+
+
+def _until(predicate) -> None:
+    deadline = time.monotonic() + 30.0  # a guard against a hang, not a measurement
+    while not predicate():
+        assert time.monotonic() < deadline, "the transfer threads did not get going"
+        time.sleep(0.001)
+
+
+def test_threads_two_concurrent_transfers_each_take_twice_as_long():
+    clock, link, out = ManualClock(), Link("shard/in", 100.0), {}
+    net = Network(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
+    threads = [_start(net, 1000, link, out, k) for k in "ab"]
+    _until(lambda: net.active(link) == 2)
+    clock.t = 10.0
+    assert net.active(link) == 2  # alone, each would be done by now
+    clock.t = 19.999
+    assert net.active(link) == 2
+    clock.t = 20.0
+    assert net.active(link) == 0
+    for t in threads:
+        t.join(timeout=30)
+    assert out == {"a": 20.0, "b": 20.0}
+    assert 2 * 1000 / max(out.values()) <= link.bandwidth_bytes_per_s
+
+
+def test_threads_a_transfer_joining_midway():
+    clock, link, out = ManualClock(), Link("shard/in", 100.0), {}
+    net = Network(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
+    first = _start(net, 100, link, out, "first")
+    _until(lambda: net.active(link) == 1)
+    clock.t = 0.5  # the first has 50 bytes left
+    second = _start(net, 100, link, out, "second")
+    _until(lambda: net.active(link) == 2)
+    clock.t = 1.0
+    assert net.active(link) == 2  # alone, the first would have finished at 1.0
+    clock.t = 1.5
+    assert net.active(link) == 1
+    first.join(timeout=30)
+    clock.t = 2.0  # the second's last 50 bytes went alone, at the full rate
+    assert net.active(link) == 0
+    second.join(timeout=30)
+    assert out == {"first": 1.5, "second": 1.5}
