@@ -9,7 +9,7 @@ leaves, the others' rates change from that instant. After its bytes are through,
 waits its links' latency, which occupies no bandwidth (the last byte still has to arrive).
 
 Two parts: ``SharedLinks`` is the pure state (times are handed in, nothing sleeps), so the
-sharing is exact and testable with a fake clock; ``Network`` blocks the calling thread for as
+sharing is exact and testable with a fake clock; ``Shaper`` blocks the calling thread for as
 long as its transfer takes under that state, with a lock and a condition (thread-safe: a
 threaded shard actor calls it from every request). ``Endpoint`` is one actor's pair of links.
 No Ray here: the actors call these; docs/network.md says how, and what is not emulated.
@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 
 from testbed.config.spec import LinkShape
 
-__all__ = ["Link", "SharedLinks", "Network", "Endpoint"]
+__all__ = ["Link", "SharedLinks", "Shaper", "Endpoint"]
 
 # A transfer whose remaining bytes fall below this is done (float rounding over many rate changes).
 _EPS_BYTES = 1e-6
@@ -148,7 +148,7 @@ def _wait(cond: threading.Condition, timeout_s: float) -> None:
     cond.wait(timeout_s)
 
 
-class Network:
+class Shaper:
     """Links shaped together, for threads of one process. ``transfer(nbytes, *links)`` blocks for
     as long as the transfer takes while sharing its links with the transfers under way, then for
     the links' latency, and returns the seconds it waited.
@@ -189,24 +189,24 @@ class Network:
 
 
 class Endpoint:
-    """One actor's interface: an inbound and an outbound link (full duplex) in one ``Network``.
+    """One actor's interface: an inbound and an outbound link (full duplex) in one ``Shaper``.
 
     Latency is charged once a transfer, at the shard's end (``for_shard``), so a push or a pull
     that both ends shape waits it once; a worker's links carry bandwidth only (``for_worker``)."""
 
     def __init__(self, name: str, bandwidth_bytes_per_s: Optional[float], latency_s: float = 0.0, *,
-                 network: Optional[Network] = None) -> None:
-        self.network = network or Network()
+                 shaper: Optional[Shaper] = None) -> None:
+        self.shaper = shaper or Shaper()
         self.inbound = Link(f"{name}/in", bandwidth_bytes_per_s, latency_s)
         self.outbound = Link(f"{name}/out", bandwidth_bytes_per_s, latency_s)
 
     @classmethod
-    def for_shard(cls, name: str, shape: LinkShape, *, network: Optional[Network] = None) -> "Endpoint":
-        return cls(name, shape.bandwidth_bytes_per_s, shape.latency, network=network)
+    def for_shard(cls, name: str, shape: LinkShape, *, shaper: Optional[Shaper] = None) -> "Endpoint":
+        return cls(name, shape.bandwidth_bytes_per_s, shape.latency, shaper=shaper)
 
     @classmethod
-    def for_worker(cls, name: str, shape: LinkShape, *, network: Optional[Network] = None) -> "Endpoint":
-        return cls(name, shape.bandwidth_bytes_per_s, 0.0, network=network)
+    def for_worker(cls, name: str, shape: LinkShape, *, shaper: Optional[Shaper] = None) -> "Endpoint":
+        return cls(name, shape.bandwidth_bytes_per_s, 0.0, shaper=shaper)
 
     @property
     def shaped(self) -> bool:
@@ -214,8 +214,8 @@ class Endpoint:
 
     def receive(self, nbytes: float) -> float:
         """A message arriving (a shard: a push); blocks for its share of the inbound link."""
-        return self.network.transfer(nbytes, self.inbound)
+        return self.shaper.transfer(nbytes, self.inbound)
 
     def send(self, nbytes: float) -> float:
         """A message leaving (a shard: a pull it serves; a worker: its gradient slices)."""
-        return self.network.transfer(nbytes, self.outbound)
+        return self.shaper.transfer(nbytes, self.outbound)

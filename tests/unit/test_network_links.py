@@ -9,7 +9,7 @@ import time
 import pytest
 
 from testbed.config.spec import parse_spec
-from testbed.emulation.network import Endpoint, Link, Network, SharedLinks
+from testbed.emulation.network import Endpoint, Link, Shaper, SharedLinks
 
 
 class FakeClock:
@@ -30,8 +30,8 @@ class FakeClock:
         self.t += timeout_s
 
 
-def _network(clock: FakeClock) -> Network:
-    return Network(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
+def _shaper(clock: FakeClock) -> Shaper:
+    return Shaper(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
 
 
 def test_one_transfer_takes_bytes_over_bandwidth():
@@ -98,30 +98,30 @@ def test_many_rate_changes_keep_the_bytes_exact():
 
 def test_network_one_transfer_with_a_fake_clock():
     clock = FakeClock()
-    net = _network(clock)
+    net = _shaper(clock)
     assert net.transfer(1000, Link("a", 100.0, latency_s=0.25)) == pytest.approx(10.25)
     assert clock.t == pytest.approx(110.25)
 
 
 def test_network_latency_only():
     clock = FakeClock()
-    assert _network(clock).transfer(10**9, Link("a", None, latency_s=0.05)) == pytest.approx(0.05)
+    assert _shaper(clock).transfer(10**9, Link("a", None, latency_s=0.05)) == pytest.approx(0.05)
     assert clock.waits == []  # no bandwidth: nothing to share, no lock wait
 
 
 def test_network_bandwidth_only():
     clock = FakeClock()
-    assert _network(clock).transfer(125_000_000, Link("a", 1.25e8)) == pytest.approx(1.0)
+    assert _shaper(clock).transfer(125_000_000, Link("a", 1.25e8)) == pytest.approx(1.0)
 
 
 def test_network_unshaped_costs_nothing():
     clock = FakeClock()
-    assert _network(clock).transfer(10**9, Link("free")) == 0.0 and clock.t == 100.0
+    assert _shaper(clock).transfer(10**9, Link("free")) == 0.0 and clock.t == 100.0
 
 
 def test_threads_sharing_a_link_never_beat_its_bandwidth():
     link = Link("a", 2e6)
-    net = Network()
+    net = Shaper()
     nbytes, threads_n = 20_000, 4
     spans: list[tuple[float, float, float]] = []
     lock = threading.Lock()
@@ -158,7 +158,7 @@ def test_endpoints_from_the_spec():
 
 def test_endpoint_receive_and_send_wait_with_a_fake_clock():
     clock = FakeClock()
-    shard = Endpoint("s", 1000.0, 0.1, network=_network(clock))
+    shard = Endpoint("s", 1000.0, 0.1, shaper=_shaper(clock))
     assert shard.receive(500) == pytest.approx(0.6) and shard.send(1000) == pytest.approx(1.1)
 
 
@@ -180,7 +180,7 @@ class ManualClock:
         raise AssertionError("no latency in these tests")
 
 
-def _start(net: Network, nbytes: float, link: Link, out: dict, key: str) -> threading.Thread:
+def _start(net: Shaper, nbytes: float, link: Link, out: dict, key: str) -> threading.Thread:
     thread = threading.Thread(target=lambda: out.__setitem__(key, net.transfer(nbytes, link)), daemon=True)
     thread.start()
     return thread
@@ -195,7 +195,7 @@ def _until(predicate) -> None:
 
 def test_threads_two_concurrent_transfers_each_take_twice_as_long():
     clock, link, out = ManualClock(), Link("shard/in", 100.0), {}
-    net = Network(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
+    net = Shaper(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
     threads = [_start(net, 1000, link, out, k) for k in "ab"]
     _until(lambda: net.active(link) == 2)
     clock.t = 10.0
@@ -212,7 +212,7 @@ def test_threads_two_concurrent_transfers_each_take_twice_as_long():
 
 def test_threads_a_transfer_joining_midway():
     clock, link, out = ManualClock(), Link("shard/in", 100.0), {}
-    net = Network(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
+    net = Shaper(clock=clock.now, sleep=clock.sleep, wait=clock.wait)
     first = _start(net, 100, link, out, "first")
     _until(lambda: net.active(link) == 1)
     clock.t = 0.5  # the first has 50 bytes left
