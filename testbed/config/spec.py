@@ -30,7 +30,8 @@ from testbed.config.units import parse_bits_per_s, parse_bytes, parse_seconds
 
 __all__ = [
     "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
-    "Jitter", "Compute", "Workload", "Data", "Placement", "LinkShape", "Network", "ConfigFields", "ExperimentSpec", "RunConfig",
+    "Jitter", "Compute", "Workload", "Data", "Placement", "LinkShape", "Network", "ConfigFields", "ExperimentSpec",
+    "RunConfig",
     "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
     "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults",
 ]
@@ -239,7 +240,8 @@ class ExperimentSpec(ConfigFields):
     description: str = ""
     repeats: int = Field(1, ge=1, le=1000)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
-    preset: Optional[str] = Field(None, description="a model preset (`testbed presets`); fills the fields below")
+    preset: Optional[str] = Field(None, description="a model preset (`testbed presets`): fills gradient_bytes, "
+                                  "compute.seconds, workload.sample_bytes and minibatch where the spec gives none")
     preset_scale: float = Field(1.0, gt=0.0, description="multiplies the preset's gradient and compute time")
 
     @model_validator(mode="before")
