@@ -227,3 +227,18 @@ def test_threads_a_transfer_joining_midway():
     assert net.active(link) == 0
     second.join(timeout=30)
     assert out == {"first": 1.5, "second": 1.5}
+
+
+def test_the_network_section_validates_and_sweeps():
+    from testbed.config.errors import UserError
+    from testbed.config.spec import expand
+    spec = parse_spec({"name": "n", "network": {"latency": "50us"},
+                       "sweep": {"network.bandwidth": ["1Gbit", "10Gbit"]}})
+    configs = expand(spec)
+    assert [c.network.bandwidth for c in configs] == [1e9, 1e10]
+    assert configs[1].network.bandwidth_bytes_per_s == 1.25e9 and configs[1].network.latency == pytest.approx(5e-5)
+    assert not parse_spec({"name": "n"}).network.shaped
+    with pytest.raises(UserError, match="network.bandwidth: unknown rate unit 'GB'"):
+        parse_spec({"name": "n", "network": {"bandwidth": "1GB"}})
+    with pytest.raises(UserError, match="network.speed: unknown field"):
+        parse_spec({"name": "n", "network": {"speed": "1Gbit"}})
