@@ -25,11 +25,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from testbed.config.choices import ComputeMode, InitIO, JitterDist, Partition, PlacementStrategy, StepReads, SyncMode
 from testbed.config.errors import UserError
 from testbed.config.faults import Fault, check_faults
-from testbed.config.units import parse_bytes, parse_seconds
+from testbed.config.presets import fill_from_preset
+from testbed.config.units import parse_bits_per_s, parse_bytes, parse_seconds
 
 __all__ = [
     "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
-    "Jitter", "Compute", "Workload", "Data", "Placement", "ConfigFields", "ExperimentSpec", "RunConfig",
+    "Jitter", "Compute", "Workload", "Data", "Placement", "LinkShape", "Network", "ConfigFields", "ExperimentSpec",
+    "RunConfig",
     "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
     "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults",
 ]
@@ -43,12 +45,16 @@ DEFAULT_BARRIER_TIMEOUT_S = 300.0
 # Added to margin x predicted time for a config's default deadline: actor start-up, restarts.
 DEADLINE_SLACK_S = 60.0
 
-# Reliability fields left out of a config's id while they hold their defaults, so configs
-# without faults keep the ids they had before these fields existed.
-_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0}
+# Fields added after the first ids were issued (reliability, network), left out of a config's id
+# while they hold their defaults, so configs that don't use them keep the ids they had before
+# these fields existed; a resumed run folder's older spec gets them filled in (preset too).
+_UNSHAPED = {"bandwidth": None, "latency": 0.0}
+_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0,
+                      "network": {**_UNSHAPED, "same_node": _UNSHAPED}, "preset": None, "preset_scale": 1.0}
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+BitsPerSecond = Annotated[float, BeforeValidator(parse_bits_per_s)]
 
 
 class _Strict(BaseModel):
@@ -128,6 +134,28 @@ class Placement(_Strict):
     servers_own_node: bool = False
 
 
+class LinkShape(_Strict):
+    """The figures of a shaped link: ``bandwidth`` in bits a second (``10Gbit``; None: unshaped)
+    and ``latency``, added to every transfer."""
+    bandwidth: Optional[BitsPerSecond] = Field(None, gt=0.0, le=1e15)
+    latency: Seconds = Field(0.0, ge=0.0, le=60.0)
+
+    @property
+    def bandwidth_bytes_per_s(self) -> Optional[float]:
+        return None if self.bandwidth is None else self.bandwidth / 8.0
+
+    @property
+    def shaped(self) -> bool:
+        return self.bandwidth is not None or self.latency > 0
+
+
+class Network(LinkShape):
+    """Each worker's and each shard's link, shaped in user space (docs/network.md). The top-level
+    figures apply between nodes; ``same_node`` between a worker and a shard on one node.
+    Default: unshaped (transfers go as fast as Ray moves them)."""
+    same_node: LinkShape = LinkShape()
+
+
 class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -144,6 +172,7 @@ class ConfigFields(_Strict):
     compute: Compute = Compute()
     data: Data = Data()
     placement: Placement = Placement()
+    network: Network = Network()
     deadline_s: Optional[Seconds] = Field(None, gt=0.0, le=30 * 86400.0)
     deadline_margin: float = Field(10.0, ge=1.0, le=1000.0,
                                    description="default deadline: this x the queueing model's time + 60 s")
@@ -211,6 +240,22 @@ class ExperimentSpec(ConfigFields):
     description: str = ""
     repeats: int = Field(1, ge=1, le=1000)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    preset: Optional[str] = Field(None, description="a model preset (`testbed presets`): fills gradient_bytes, "
+                                  "compute.seconds, workload.sample_bytes and minibatch where the spec gives none")
+    preset_scale: float = Field(1.0, gt=0.0, description="multiplies the preset's gradient and compute time")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        # On the raw data, so fields the spec (or --set) gives win, and the dumped spec records
+        # the values the preset supplied: re-validating a dump changes nothing.
+        if not isinstance(data, dict):
+            return data
+        sweep = data.get("sweep")
+        if isinstance(sweep, dict) and {"preset", "preset_scale"} & set(sweep):
+            raise ValueError("preset and preset_scale apply to the whole spec and cannot be swept; write one spec "
+                             "per preset, or sweep gradient_bytes and compute.seconds")
+        return fill_from_preset(data, ConfigFields.model_fields["workload"].default.model_dump(mode="json"))
 
     @model_validator(mode="after")
     def _faults_fit(self) -> "ExperimentSpec":
@@ -230,7 +275,8 @@ class ExperimentSpec(ConfigFields):
 
     def config_fields(self) -> dict[str, Any]:
         """The base config as plain data (JSON types), without name, repeats and sweep."""
-        return self.model_dump(mode="json", exclude={"name", "description", "repeats", "sweep"})
+        return self.model_dump(mode="json", exclude={"name", "description", "repeats", "sweep", "preset",
+                                                     "preset_scale"})
 
 
 class RunConfig(ConfigFields):

@@ -1,4 +1,5 @@
-"""Parsing and formatting of sizes (``64KiB``, ``2GB``) and durations (``50ms``).
+"""Parsing and formatting of sizes (``64KiB``, ``2GB``), durations (``50ms``) and link
+rates (``10Gbit``).
 
 Pure functions; used by the spec validators and by the reports.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_bytes", "parse_seconds", "format_bytes", "format_seconds"]
+__all__ = ["parse_bytes", "parse_seconds", "parse_bits_per_s", "format_bytes", "format_seconds", "format_bits_per_s"]
 
 _SIZE_UNITS = {
     "": 1,
@@ -23,7 +24,10 @@ _TIME_UNITS = {
     "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
     "m": 60.0, "min": 60.0, "h": 3600.0,
 }
+# Link rates are decimal, as network vendors state them (1 Gbit/s = 10**9 bits a second).
+_RATE_PREFIXES = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-zµ]*)\s*$")
+_RATE = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
 
 
 def _split(text: str) -> tuple[float, str]:
@@ -70,6 +74,49 @@ def parse_seconds(value: int | float | str) -> float:
     if not math.isfinite(total):
         raise ValueError(f"{value!r} is not a finite duration")
     return total
+
+
+def parse_bits_per_s(value: int | float | str) -> float:
+    """A link's rate in bits a second: ``10Gbit`` -> 1e10, ``100Mbit/s`` and ``100Mbps`` -> 1e8,
+    ``1e9`` -> 1e9 (plain numbers are bits a second). A rate in bytes needs ``/s``
+    (``125MB/s`` -> 1e9, ``1GiB/s`` -> 8 * 2**30), so ``1GB`` (a size) is refused."""
+    if isinstance(value, bool):
+        raise ValueError("a link rate must be a number of bits a second or a string like '10Gbit', not a boolean")
+    if isinstance(value, (int, float)):
+        total = float(value)
+    else:
+        match = _RATE.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a rate such as '10Gbit', '100Mbit/s' or '125MB/s'")
+        number, unit = float(match.group(1)), match.group(2)
+        total = number * _rate_factor(unit, value)
+    if not math.isfinite(total) or total <= 0:
+        raise ValueError(f"{value!r}: a link rate must be a positive, finite number of bits a second")
+    return total
+
+
+def _rate_factor(unit: str, value: object) -> float:
+    low = unit.lower()
+    for suffix in ("bit/s", "bits/s", "bit", "bits", "bps", "b/s"):
+        # 'b/s' alone is bits; a capital B before '/s' is bytes (handled below).
+        if low.endswith(suffix) and not (suffix == "b/s" and unit[-3] == "B"):
+            prefix = low[: -len(suffix)]
+            if prefix in _RATE_PREFIXES:
+                return _RATE_PREFIXES[prefix]
+    if unit.endswith("/s") and unit[:-2] and unit[:-2].lower() in _SIZE_UNITS:
+        return 8.0 * _SIZE_UNITS[unit[:-2].lower()]
+    if unit == "":
+        return 1.0
+    raise ValueError(f"unknown rate unit {unit!r} in {value!r}; use bits a second (bit, Kbit, Mbit, Gbit, Tbit, "
+                     f"with or without '/s', or bps, Mbps, Gbps) or bytes a second (MB/s, GiB/s)")
+
+
+def format_bits_per_s(bits_per_s: float) -> str:
+    """1e10 -> '10 Gbit/s'; decimal prefixes, at most three significant digits."""
+    for prefix, factor in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(bits_per_s) >= factor:
+            return f"{bits_per_s / factor:.3g} {prefix}bit/s"
+    return f"{bits_per_s:.3g} bit/s"
 
 
 def format_bytes(n: float) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from testbed.analysis.validation import Comparison
+from testbed.config.presets import preset_summary
 from testbed.records.events import Phase, Role
 from testbed.records.rundir import RunFolder
 from testbed.records.summary import shown_columns
@@ -26,7 +27,7 @@ from testbed.report import plots
 from testbed.report.comparison import comparison_files, comparison_markdown
 from testbed.report.markdown import frame_table, markdown_table
 
-__all__ = ["Section", "data_section", "summary_section", "reliability_section", "model_section",
+__all__ = ["Section", "preset_section", "data_section", "summary_section", "reliability_section", "model_section",
            "staleness_section", "nodes_section", "clock_section", "utilisation_section", "max_clock_offset_ns",
            "UTILISATION_PNG", "STALENESS_PNG"]
 
@@ -40,6 +41,12 @@ class Section:
     the run folder -> a matplotlib Figure (written as PNG), a DataFrame (CSV), str or bytes."""
     lines: list[str]
     files: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def preset_section(manifest: dict[str, Any]) -> list[str]:
+    """The preset the spec was built from, its sources and the scale; nothing without a preset."""
+    line = preset_summary(manifest.get("spec") or {})
+    return [line, ""] if line else []
 
 
 def data_section(manifest: dict[str, Any]) -> list[str]:

@@ -29,6 +29,7 @@ from testbed.report.sections import (
     data_section,
     model_section,
     nodes_section,
+    preset_section,
     reliability_section,
     staleness_section,
     summary_section,
@@ -57,6 +58,7 @@ def write_report(run_dir: str | Path) -> Path:
     parts: list[list[str] | Section] = [
         [f"# {manifest['experiment']}: run {manifest['run_id']}", "",
          f"Status: {manifest['status']}; started {manifest['started']}, ended {manifest.get('ended')}.", ""],
+        preset_section(manifest),
         data_section(manifest),
         summary_section(summary),
         reliability_section(manifest, events, summary),

@@ -35,3 +35,27 @@ def test_format():
     assert format_bytes(100) == "100 B"
     assert format_seconds(0.0123) == "12.3 ms"
     assert format_seconds(2.5) == "2.5 s"
+
+
+@pytest.mark.parametrize("text, bits", [
+    ("10Gbit", 1e10), ("1Gbit", 1e9), ("100Mbit", 1e8), ("100Mbit/s", 1e8), ("100Mbps", 1e8), ("2.5 Gbit/s", 2.5e9),
+    ("1Gb/s", 1e9), ("1e9", 1e9), (1e9, 1e9), (100, 100.0), ("125MB/s", 1e9), ("1GiB/s", 8 * 2**30),
+])
+def test_link_rates_in_bits_per_second(text, bits):
+    from testbed.config.units import parse_bits_per_s
+    assert parse_bits_per_s(text) == pytest.approx(bits)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("1GB", "unknown rate unit 'GB'"), ("10Gbyte", "unknown rate unit"), ("0", "positive"), ("-1Gbit", "positive"),
+    ("fast", "not a rate"), (True, "not a boolean"),
+])
+def test_bad_link_rates_are_refused(text, needle):
+    from testbed.config.units import parse_bits_per_s
+    with pytest.raises(ValueError, match=needle):
+        parse_bits_per_s(text)
+
+
+def test_link_rates_format_with_decimal_prefixes():
+    from testbed.config.units import format_bits_per_s
+    assert format_bits_per_s(1e10) == "10 Gbit/s" and format_bits_per_s(1e8) == "100 Mbit/s"
