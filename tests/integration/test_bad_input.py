@@ -113,6 +113,13 @@ ROWS = [
     ("resume-with-out", lambda t: (["run", "--resume", run_folder(t), "--out", str(t / "x")], [t / "run"]),
      "leave out --out"),
     ("no-spec-no-resume", lambda t: (["run"], []), "give a spec file"),
+    # Mistyped commands and options: click's answer (usage line, one line with its suggestions).
+    ("unknown-command", lambda t: (["valdate", spec_with(t, "")], []),
+     "No such command 'valdate'. Did you mean 'validate'"),
+    ("unknown-option", lambda t: (["run", spec_with(t, ""), "--monitor-intervall", "1s"], []),
+     "No such option: --monitor-intervall (Possible options: --monitor-interval)"),
+    ("option-without-value", lambda t: (["run", spec_with(t, ""), "--address"], []),
+     "Option '--address' requires an argument"),
 ]
 
 
@@ -144,7 +151,8 @@ def test_bad_input_gets_one_line_exit_2_and_damages_nothing(tmp_path, name, buil
     r = subprocess.run([sys.executable, "-m", "testbed", *argv], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path, env=env)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    # "error:" from the testbed, "Error:" from click's usage errors
+    lines = [ln for ln in r.stderr.splitlines() if ln.lower().startswith("error:")]
     assert len(lines) == 1, r.stderr
     assert needle in lines[0], lines[0]
     assert "Traceback" not in r.stderr + r.stdout
