@@ -26,8 +26,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    StrictFloat,
-    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -35,7 +33,7 @@ from pydantic import (
 
 from testbed.config.errors import UserError
 from testbed.config.faults import Fault, check_faults
-from testbed.config.units import format_bytes, parse_bytes, parse_seconds
+from testbed.config.units import format_bytes, not_a_boolean, parse_bytes, parse_seconds
 from testbed.config.yaml_budget import MAX_SPEC_BYTES, YamlTooLarge, safe_load
 
 __all__ = [
@@ -73,6 +71,10 @@ MAX_SWEEP_CONFIGS = 10_000
 # Deadlines (and the monitors' interval) below this are typos: nothing the testbed times is shorter.
 MIN_DEADLINE_S = 1e-3
 
+# Numbers that refuse booleans (workers: true is not 1). Otherwise pydantic's usual reading:
+# 4.0 is the int 4, 4.5 is no int, and '2e8' is a float (YAML 1.1 reads 2e8 without a dot as a string).
+Int = Annotated[int, BeforeValidator(not_a_boolean)]
+Float = Annotated[float, BeforeValidator(not_a_boolean)]
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
 
@@ -132,13 +134,13 @@ class Jitter(_Strict):
     ``cv`` is the coefficient of variation (standard deviation over mean); the mean stays 1.
     """
     distribution: JitterDist = JitterDist.NONE
-    cv: StrictFloat = Field(0.0, ge=0.0, le=5.0)
+    cv: Float = Field(0.0, ge=0.0, le=5.0)
 
 
 class Compute(_Strict):
     mode: ComputeMode = ComputeMode.SLEEP
     seconds: Seconds = Field(0.01, ge=0.0, le=3600.0, description="per-step compute time (sleep, spin)")
-    flops: StrictFloat = Field(0.0, ge=0.0, le=MAX_FLOPS, description="per-step floating-point operations (matmul)")
+    flops: Float = Field(0.0, ge=0.0, le=MAX_FLOPS, description="per-step floating-point operations (matmul)")
     jitter: Jitter = Jitter()
 
     @model_validator(mode="after")
@@ -155,11 +157,11 @@ class Workload(_Strict):
     ``epochs`` over a data set of ``dataset_bytes``, split over the workers, so a
     worker runs ceil(epochs * dataset_bytes / (minibatch * sample_bytes) / workers) steps.
     """
-    steps: Optional[StrictInt] = Field(None, ge=1, le=MAX_STEPS)
-    epochs: Optional[StrictFloat] = Field(None, gt=0.0, le=10_000.0)
+    steps: Optional[Int] = Field(None, ge=1, le=MAX_STEPS)
+    epochs: Optional[Float] = Field(None, gt=0.0, le=10_000.0)
     dataset_bytes: Bytes = Field(0, ge=0, le=2**50)
     sample_bytes: Bytes = Field(4096, ge=1, le=2**34)
-    minibatch: StrictInt = Field(32, ge=1, le=10_000_000)
+    minibatch: Int = Field(32, ge=1, le=10_000_000)
 
     @model_validator(mode="after")
     def _one_of_steps_or_epochs(self) -> "Workload":
@@ -208,13 +210,13 @@ class Placement(_Strict):
 
 class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
-    seed: StrictInt = Field(0, ge=0, le=2**32 - 1)
-    workers: StrictInt = Field(1, ge=1, le=4096)
-    servers: StrictInt = Field(1, ge=1, le=256)
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
+    workers: Int = Field(1, ge=1, le=4096)
+    servers: Int = Field(1, ge=1, le=256)
     sync: SyncMode = SyncMode.ASYNC
-    staleness: StrictInt = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
-    pull_every: StrictInt = Field(1, ge=1, le=10_000_000)
-    learning_rate: StrictFloat = Field(0.01, gt=0.0, le=1e6)
+    staleness: Int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
+    pull_every: Int = Field(1, ge=1, le=10_000_000)
+    learning_rate: Float = Field(0.01, gt=0.0, le=1e6)
     apply_seconds: Seconds = Field(0.0, ge=0.0, le=3600.0,
                                    description="emulated extra service time of one update of the whole model")
     gradient_bytes: Bytes = Field(64 * 1024, ge=4, le=2**40)
@@ -223,11 +225,11 @@ class ConfigFields(_Strict):
     data: Data = Data()
     placement: Placement = Placement()
     deadline_s: Optional[Seconds] = Field(None, ge=MIN_DEADLINE_S, le=30 * 86400.0)
-    deadline_margin: StrictFloat = Field(10.0, ge=1.0, le=1000.0,
+    deadline_margin: Float = Field(10.0, ge=1.0, le=1000.0,
                                    description="default deadline: this x the queueing model's time + 60 s")
     faults: list[Fault] = Field(default_factory=list)
-    checkpoint_every: StrictInt = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
-    restarts: StrictInt = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
+    checkpoint_every: Int = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
+    restarts: Int = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
 
     @model_validator(mode="after")
     def _faults_fit(self) -> "ConfigFields":
@@ -292,7 +294,7 @@ class ConfigFields(_Strict):
 class ExperimentSpec(ConfigFields):
     name: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    repeats: StrictInt = Field(1, ge=1, le=1000)
+    repeats: Int = Field(1, ge=1, le=1000)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")

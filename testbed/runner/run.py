@@ -325,7 +325,7 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     todo = missing_runs(previous.manifest, configs, spec.repeats) if previous else \
         [(c, r) for c in configs for r in range(spec.repeats)]
     pending = list({c.config_id: c for c, _ in todo}.values())
-    check_memory(pending, psutil.virtual_memory().available)
+    check_memory(pending, psutil.virtual_memory().available, repeats=spec.repeats)
     for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
         check_data_dir(data)
     check_disk(pending, _free_bytes, dataset_present_bytes)

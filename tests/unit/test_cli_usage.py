@@ -28,3 +28,16 @@ def test_usage_errors_exit_2_with_clicks_answer(capsys, argv, needles):
 def test_help_still_exits_0(capsys):
     assert main(["--help"]) == 0
     assert "Usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["0.5ms", "10us", "1ns"])
+def test_monitor_interval_below_a_millisecond_is_refused(text):
+    from testbed.cli.common import parse_interval
+    from testbed.config.errors import UserError
+    with pytest.raises(UserError, match="--monitor-interval .*at least 1ms"):
+        parse_interval(text)
+
+
+def test_monitor_interval_zero_turns_the_monitors_off():
+    from testbed.cli.common import parse_interval
+    assert parse_interval("0") is None and parse_interval("1ms") == pytest.approx(1e-3)

@@ -45,9 +45,16 @@ def test_matmul_flops_are_bounded(flops, needle):
 
 
 @pytest.mark.parametrize("field,value", [("workers", True), ("servers", True), ("repeats", False), ("seed", True),
-                                         ("pull_every", 2.0)])
-def test_ints_are_strict(field, value):
-    refused(f"{field}: Input should be a valid integer", **{field: value})
+                                         ("restarts", False), ("learning_rate", True)])
+def test_a_boolean_is_not_a_number(field, value):
+    refused(f"{field}: must be a number, not a boolean", **{field: value})
+
+
+def test_numbers_written_as_yaml_reads_them_still_pass():
+    # YAML 1.1 reads 2e8 (no dot) as a string; 4.0 is a whole number
+    (cfg,) = expand(spec(compute={"mode": "matmul", "flops": "2e8"}, workers=4.0))
+    assert cfg.compute.flops == 2e8 and cfg.workers == 4
+    refused("workers: Input should be a valid integer", workers=2.5)
 
 
 def test_a_boolean_is_not_a_number_of_steps_or_a_float():
@@ -152,3 +159,8 @@ def test_a_huge_spec_file_is_refused_unread(tmp_path):
     path.write_text("name: x\n" + "# padding\n" * 200_000)
     with pytest.raises(UserError, match="at most 1 MiB"):
         load_spec(path)
+
+
+def test_a_boolean_is_not_a_fault_index():
+    refused(r"faults.0.kill_worker.worker: must be a number, not a boolean",
+            workers=2, faults=[{"kind": "kill_worker", "worker": True, "step": 1}])
