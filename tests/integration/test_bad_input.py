@@ -93,6 +93,13 @@ ROWS = [
     ("unreachable-address", lambda t: (["run", spec_with(t, ""), "--address", "127.0.0.1:9"], []),
      "no Ray cluster answers at 127.0.0.1:9"),
     ("malformed-address", lambda t: (["run", spec_with(t, ""), "--address", "headnode"], []), "expected HOST:PORT"),
+    # Ray's convention: without --address, RAY_ADDRESS names the cluster.
+    ("unreachable-ray-address", lambda t: (["run", spec_with(t, "")], [], {"RAY_ADDRESS": "127.0.0.1:9"}),
+     "no Ray cluster answers at 127.0.0.1:9 (Connection refused); start one with `ray start --head` on that host, "
+     "or unset RAY_ADDRESS"),
+    ("dashboard-url-as-ray-address", lambda t: (["run", spec_with(t, "")], [],
+                                                {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
+     "RAY_ADDRESS='http://127.0.0.1:8265' is a dashboard address"),
     ("bad-monitor-interval", lambda t: (["run", spec_with(t, ""), "--monitor-interval", "soon"], []),
      "--monitor-interval"),
     ("out-not-empty", lambda t: (["run", spec_with(t, ""), "--out", run_folder(t)], [t / "run"]),
@@ -195,9 +202,9 @@ def test_the_table_is_big_enough():
 
 @pytest.mark.parametrize("name,build,needle", ROWS, ids=[r[0] for r in ROWS])
 def test_bad_input_gets_one_line_exit_2_and_damages_nothing(tmp_path, name, build, needle):
-    argv, kept = build(tmp_path)
+    argv, kept, *extra = build(tmp_path)
     before = fingerprint(kept)
-    env = {**os.environ, "CI": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "CI": "1", **(extra[0] if extra else {})}
     r = subprocess.run([sys.executable, "-m", "testbed", *argv], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path, env=env)
     assert r.returncode == 2, (r.stdout, r.stderr)
