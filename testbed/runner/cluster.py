@@ -97,6 +97,20 @@ def runtime_env(environ: Optional[dict[str, str]] = None) -> Optional[dict]:
     return {"py_modules": [testbed, actors], "excludes": ["__pycache__", "*.pyc"]}
 
 
+def _join_error(address: str, err: Exception, environ: Optional[dict[str, str]] = None) -> UserError:
+    """The one line for a cluster that was reached (``check_address`` passed) but not joined.
+    The usual cause with Ray 2.60: a cluster started by ``ray start`` checks a token, and a
+    driver sends it only with ``RAY_AUTH_MODE=token``; Ray then reports a failed connection."""
+    environ = os.environ if environ is None else environ
+    if environ.get("RAY_AUTH_MODE", "").strip().lower() != "token" and address != "auto" and "://" not in address:
+        return UserError(f"Ray at {address} did not let this driver join ({err}); a cluster started with `ray start` "
+                         f"checks a token: export RAY_AUTH_MODE=token (the token is read from ~/.ray/auth_token, or "
+                         f"RAY_AUTH_TOKEN) and run again")
+    _, local = _source(address, environ)
+    return UserError(f"no Ray cluster answers at {address!r} ({err}); start one with `ray start --head`, "
+                     f"or {local} to run on local Ray")
+
+
 def local_init_options(num_cpus: Optional[int] = None, object_store_bytes: Optional[int] = None) -> dict[str, Any]:
     """``ray.init`` arguments for a fresh local instance: a new one (``address="local"``: a
     bare ``ray.init()`` would silently attach to a cluster someone started on this machine),
@@ -151,9 +165,7 @@ def ray_session(address: Optional[str] = None, *, num_cpus: Optional[int] = None
         try:
             ray.init(address=target, runtime_env=env, **common)
         except ConnectionError as err:
-            _, local = _source(target)
-            raise UserError(f"no Ray cluster answers at {target!r} ({err}); start one with `ray start --head`, "
-                            f"or {local} to run on local Ray") from None
+            raise _join_error(target, err) from None
     else:
         with _loopback_allowed():
             ray.init(**local_init_options(num_cpus, object_store_bytes), **common)

@@ -163,3 +163,13 @@ def test_ray_address_is_used_without_address(head, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert [n["cpus"] for n in manifest["cluster"]] == [3.0]
+
+
+def test_a_driver_without_the_token_is_told_to_set_ray_auth_mode(head, tmp_path):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY)
+    env = {k: v for k, v in _env(RAY_ADDRESS=head["gcs"]).items() if k != "RAY_AUTH_MODE"}
+    r = _cli("run", str(spec), "--out", str(tmp_path / "run"), "--monitor-interval", "0", env=env)
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "export RAY_AUTH_MODE=token" in lines[0], r.stderr[-3000:]

@@ -34,3 +34,11 @@ def test_ray_init_is_called_in_one_place_only(repo):
                                                         *repo.glob("tests/**/*.py")]
                      if "ray.init(" in p.read_text() and p.name != "test_cluster_plain.py")
     assert callers == ["testbed/runner/cluster.py"]
+
+
+def test_a_cluster_reached_but_not_joined_points_at_the_token():
+    from testbed.runner.cluster import _join_error
+    err = ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
+    assert "export RAY_AUTH_MODE=token" in str(_join_error("10.0.0.1:6379", err, {}))
+    plain = str(_join_error("10.0.0.1:6379", err, {"RAY_AUTH_MODE": "token"}))
+    assert "no Ray cluster answers at '10.0.0.1:6379'" in plain and "leave out --address" in plain
