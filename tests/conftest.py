@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -12,19 +13,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """A small local Ray for one test module: 2 CPUs, a bounded object store, shut down after."""
-    import ray
+    """A small local Ray for one test module, started as the testbed starts it
+    (``ray_session``): 2 CPUs, a bounded object store, fresh, shut down after."""
+    from testbed.runner.cluster import ray_session
 
-    if ray.is_initialized():
-        ray.shutdown()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    # address="local": always a fresh instance, never a cluster someone else started on this machine
-    ray.init(address="local", num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False,
-             log_to_driver=False, logging_level="ERROR")
-    try:
+    # "local": always a fresh instance, never RAY_ADDRESS or a cluster someone else started here
+    with ray_session("local", num_cpus=2, object_store_bytes=200 * 2**20, fresh=True,
+                     logging_level=logging.ERROR) as ray:
         yield ray
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture

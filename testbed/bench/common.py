@@ -105,17 +105,13 @@ def versions() -> dict[str, str]:
 
 @contextlib.contextmanager
 def ray_local(object_store_bytes: int = 512 * 2**20, num_cpus: int = 2) -> Iterator[Any]:
-    """A fresh local Ray for one figure (never a cluster someone else started), shut down after,
-    so no figure inherits another's processes or object-store state."""
-    import ray
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes,
-             include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    try:
+    """A fresh local Ray for one figure (never a cluster someone else started, nor
+    RAY_ADDRESS), started as every run starts it, shut down after, so no figure inherits
+    another's processes or object-store state."""
+    from testbed.runner.cluster import ray_session
+    with ray_session("local", num_cpus=num_cpus, object_store_bytes=object_store_bytes, fresh=True,
+                     logging_level=logging.ERROR) as ray:
         yield ray
-    finally:
-        ray.shutdown()
 
 
 def default_out_dir(root: str | Path = "bench-results") -> Path:

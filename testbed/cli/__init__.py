@@ -54,15 +54,38 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "(finish it with `testbed run --resume RUN_DIR`)", markup=False, highlight=False)
             return 128 + signal.SIGTERM
         raise
-    except Exception as err:  # click's usage errors carry their own exit code
-        import click
-        if isinstance(err, click.exceptions.ClickException):
+    except Exception as err:
+        usage_errors, aborts = _click_exception_types()
+        if isinstance(err, usage_errors):  # a mistyped command or option: click's usage answer
             err.show()
             return EXIT_USER_ERROR
-        if isinstance(err, click.exceptions.Abort):
+        if isinstance(err, aborts):
             return 130
         raise
     return code if isinstance(code, int) else 0
+
+
+def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """The usage-error and abort classes of the click the installed typer runs on.
+
+    With ``standalone_mode=False`` click raises its usage errors instead of printing them.
+    Recent typer vendors click as ``typer._click`` (its classes are not ``click``'s), older
+    typer runs on ``click`` itself: both are looked for, so a mistyped command never falls
+    through to a traceback."""
+    import importlib
+
+    import typer
+    usage: list[type] = []
+    aborts: list[type] = [typer.Abort]
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage.append(module.ClickException)
+        if hasattr(module, "Abort"):
+            aborts.append(module.Abort)
+    return tuple(usage), tuple(aborts)
 
 
 def _terminate(signum, frame) -> None:

@@ -12,9 +12,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from testbed.config.errors import UserError
+from testbed.config.spec import MIN_DEADLINE_S
+from testbed.config.sweep_size import LARGE_SWEEP_RUNS
 from testbed.config.units import format_bytes
 
-__all__ = ["out_console", "err_console", "progress_bar", "summary_table", "parse_interval", "say_problems"]
+__all__ = ["out_console", "err_console", "progress_bar", "summary_table", "parse_interval", "say_problems",
+           "check_sweep", "LARGE_SWEEP_HELP"]
+
+LARGE_SWEEP_HELP = f"run a sweep of more than {LARGE_SWEEP_RUNS} config runs (configs x repeats)"
 
 # Wide enough for the summary table when the output is a file or a pipe.
 out_console = Console(width=None if sys.stdout.isatty() else 160)
@@ -71,7 +76,17 @@ def parse_interval(text: str) -> Optional[float]:
         raise UserError(f"--monitor-interval {text!r}: {err}") from None
     if interval_s < 0:
         raise UserError(f"--monitor-interval {text!r}: must be >= 0 (0 turns the monitors off)")
+    if 0 < interval_s < MIN_DEADLINE_S:  # a monitor sampling faster than this measures only itself
+        raise UserError(f"--monitor-interval {text!r}: must be at least 1ms (or 0, which turns the monitors off)")
     return interval_s or None
+
+
+def check_sweep(experiment, large_sweep: bool) -> None:
+    """Refuse a sweep above the limit unless --large-sweep; print its estimated run time when allowed."""
+    from testbed.config.sweep_size import check_sweep_size
+    estimate = check_sweep_size(experiment, large_sweep)
+    if estimate:
+        err_console.print(f"note: {estimate}", markup=False, highlight=False, soft_wrap=True)
 
 
 def say_problems(folder) -> None:

@@ -8,7 +8,15 @@ from typing import List, Optional
 import typer
 
 from testbed.cli.app import app
-from testbed.cli.common import out_console, parse_interval, progress_bar, say_problems, summary_table
+from testbed.cli.common import (
+    LARGE_SWEEP_HELP,
+    check_sweep,
+    out_console,
+    parse_interval,
+    progress_bar,
+    say_problems,
+    summary_table,
+)
 from testbed.config.errors import UserError
 
 __all__ = ["run"]
@@ -22,13 +30,15 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
         set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
         monitor_interval: str = typer.Option("200ms", "--monitor-interval",
-                                             help="node monitors' sampling interval ('0' turns them off)")) -> None:
+                                             help="node monitors' sampling interval ('0' turns them off)"),
+        large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP)) -> None:
     """Run every config x repeat of SPEC and write a run folder with its report."""
     from testbed.report.writer import write_report
     from testbed.runner.run import run_experiment
 
     interval_s = parse_interval(monitor_interval)
     experiment = _spec_for_run(spec, resume, out, set_)
+    check_sweep(experiment, large_sweep)
     with progress_bar() as bar:
         task = bar.add_task(experiment.name, total=None)
 

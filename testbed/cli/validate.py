@@ -15,7 +15,7 @@ import typer
 
 from testbed.calibration.calibrate import calibrate
 from testbed.cli.app import app
-from testbed.cli.common import out_console, parse_interval, progress_bar, summary_table
+from testbed.cli.common import LARGE_SWEEP_HELP, check_sweep, out_console, parse_interval, progress_bar, summary_table
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
 from testbed.model.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.records.events import DEFAULT_INTERVAL_S
@@ -117,12 +117,14 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              recalibrate: bool = typer.Option(False, "--recalibrate", help="measure the hardware again"),
              set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
              monitor_interval: str = typer.Option("200ms", "--monitor-interval",
-                                                  help="node monitors' sampling interval ('0' turns them off)")) -> None:
+                                                  help="node monitors' sampling interval ('0' turns them off)"),
+             large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP)) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
     from testbed.config.spec import load_spec
 
     interval_s = parse_interval(monitor_interval)
     experiment = load_spec(spec, overrides=set_)
+    check_sweep(experiment, large_sweep)
     with progress_bar() as bar:
         task = bar.add_task(experiment.name, total=None)
 

@@ -23,35 +23,40 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from testbed.config.choices import SyncMode
+from testbed.config.units import not_a_boolean
 
 __all__ = ["KillWorker", "Straggler", "KillServer", "Fault", "WorkerFaults", "ShardFaults", "worker_faults",
            "shard_faults", "check_faults", "lost_updates_expected"]
 
 
+Int = Annotated[int, BeforeValidator(not_a_boolean)]
+Float = Annotated[float, BeforeValidator(not_a_boolean)]
+
+
 class _Fault(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class KillWorker(_Fault):
     kind: Literal["kill_worker"]
-    worker: int = Field(ge=0)
-    step: int = Field(ge=0, description="the worker exits just before starting this step")
+    worker: Int = Field(ge=0)
+    step: Int = Field(ge=0, description="the worker exits just before starting this step")
 
 
 class Straggler(_Fault):
     kind: Literal["straggler"]
-    worker: int = Field(ge=0)
-    factor: float = Field(gt=1.0, le=1000.0, description="compute takes this many times as long")
-    from_step: int = Field(0, ge=0)
+    worker: Int = Field(ge=0)
+    factor: Float = Field(gt=1.0, le=1000.0, description="compute takes this many times as long")
+    from_step: Int = Field(0, ge=0)
 
 
 class KillServer(_Fault):
     kind: Literal["kill_server"]
-    shard: int = Field(ge=0)
-    update: int = Field(ge=1, description="the shard exits once it has applied this many updates")
+    shard: Int = Field(ge=0)
+    update: Int = Field(ge=1, description="the shard exits once it has applied this many updates")
 
 
 Fault = Annotated[Union[KillWorker, Straggler, KillServer], Field(discriminator="kind")]

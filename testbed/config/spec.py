@@ -20,20 +20,30 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from testbed.config.choices import ComputeMode, InitIO, JitterDist, Partition, PlacementStrategy, StepReads, SyncMode
 from testbed.config.errors import UserError
 from testbed.config.faults import Fault, check_faults
 from testbed.config.presets import fill_from_preset
-from testbed.config.units import parse_bits_per_s, parse_bytes, parse_seconds
+from testbed.config.units import format_bytes, not_a_boolean, parse_bits_per_s, parse_bytes, parse_seconds
+from testbed.config.yaml_budget import MAX_SPEC_BYTES, YamlTooLarge, safe_load
 
 __all__ = [
     "ComputeMode", "SyncMode", "InitIO", "Partition", "StepReads", "JitterDist", "PlacementStrategy",
     "Jitter", "Compute", "Workload", "Data", "Placement", "LinkShape", "Network", "ConfigFields", "ExperimentSpec",
     "RunConfig",
     "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
-    "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults",
+    "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults", "MAX_STEPS", "MAX_FLOPS", "MAX_SWEEP_CONFIGS",
+    "MIN_DEADLINE_S", "sweep_configs",
 ]
 
 DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
@@ -52,13 +62,32 @@ _UNSHAPED = {"bandwidth": None, "latency": 0.0}
 _ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0,
                       "network": {**_UNSHAPED, "same_node": _UNSHAPED}, "preset": None, "preset_scale": 1.0}
 
+# The most steps a worker may run, whether given as workload.steps or derived from epochs.
+MAX_STEPS = 10_000_000
+
+# The most FLOPs one matmul step may ask for: its three n x n float32 buffers are then 3.5 GB
+# per worker (n = 17,100), and a step takes minutes on one core.
+MAX_FLOPS = 1e13
+
+# The most configs a sweep may expand to, whatever --large-sweep says: expanding and
+# validating them is itself work and memory (the run-time limit is testbed.config.sweep_size's).
+MAX_SWEEP_CONFIGS = 10_000
+
+# Deadlines (and the monitors' interval) below this are typos: nothing the testbed times is shorter.
+MIN_DEADLINE_S = 1e-3
+
+# Numbers that refuse booleans (workers: true is not 1). Otherwise pydantic's usual reading:
+# 4.0 is the int 4, 4.5 is no int, and '2e8' is a float (YAML 1.1 reads 2e8 without a dot as a string).
+Int = Annotated[int, BeforeValidator(not_a_boolean)]
+Float = Annotated[float, BeforeValidator(not_a_boolean)]
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
 BitsPerSecond = Annotated[float, BeforeValidator(parse_bits_per_s)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    # Numbers must be finite: an infinite or NaN value passes every bound check silently.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False)
 
 
 class Jitter(_Strict):
@@ -67,13 +96,13 @@ class Jitter(_Strict):
     ``cv`` is the coefficient of variation (standard deviation over mean); the mean stays 1.
     """
     distribution: JitterDist = JitterDist.NONE
-    cv: float = Field(0.0, ge=0.0, le=5.0)
+    cv: Float = Field(0.0, ge=0.0, le=5.0)
 
 
 class Compute(_Strict):
     mode: ComputeMode = ComputeMode.SLEEP
     seconds: Seconds = Field(0.01, ge=0.0, le=3600.0, description="per-step compute time (sleep, spin)")
-    flops: float = Field(0.0, ge=0.0, description="per-step floating-point operations (matmul)")
+    flops: Float = Field(0.0, ge=0.0, le=MAX_FLOPS, description="per-step floating-point operations (matmul)")
     jitter: Jitter = Jitter()
 
     @model_validator(mode="after")
@@ -90,11 +119,11 @@ class Workload(_Strict):
     ``epochs`` over a data set of ``dataset_bytes``, split over the workers, so a
     worker runs ceil(epochs * dataset_bytes / (minibatch * sample_bytes) / workers) steps.
     """
-    steps: Optional[int] = Field(None, ge=1, le=10_000_000)
-    epochs: Optional[float] = Field(None, gt=0.0, le=10_000.0)
+    steps: Optional[Int] = Field(None, ge=1, le=MAX_STEPS)
+    epochs: Optional[Float] = Field(None, gt=0.0, le=10_000.0)
     dataset_bytes: Bytes = Field(0, ge=0, le=2**50)
     sample_bytes: Bytes = Field(4096, ge=1, le=2**34)
-    minibatch: int = Field(32, ge=1, le=10_000_000)
+    minibatch: Int = Field(32, ge=1, le=10_000_000)
 
     @model_validator(mode="after")
     def _one_of_steps_or_epochs(self) -> "Workload":
@@ -121,6 +150,13 @@ class Data(_Strict):
     step_reads: StepReads = StepReads.NONE
     allow_cached: bool = False
     shared: bool = False
+
+    @field_validator("dir")
+    @classmethod
+    def _names_a_directory(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(f"must name a directory; leave data.dir out for the default {DEFAULT_DATA_DIR}")
+        return value
 
     @model_validator(mode="after")
     def _aligned(self) -> "Data":
@@ -158,13 +194,13 @@ class Network(LinkShape):
 
 class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    workers: int = Field(1, ge=1, le=4096)
-    servers: int = Field(1, ge=1, le=256)
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
+    workers: Int = Field(1, ge=1, le=4096)
+    servers: Int = Field(1, ge=1, le=256)
     sync: SyncMode = SyncMode.ASYNC
-    staleness: int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
-    pull_every: int = Field(1, ge=1, le=10_000_000)
-    learning_rate: float = Field(0.01, gt=0.0, le=1e6)
+    staleness: Int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
+    pull_every: Int = Field(1, ge=1, le=10_000_000)
+    learning_rate: Float = Field(0.01, gt=0.0, le=1e6)
     apply_seconds: Seconds = Field(0.0, ge=0.0, le=3600.0,
                                    description="emulated extra service time of one update of the whole model")
     gradient_bytes: Bytes = Field(64 * 1024, ge=4, le=2**40)
@@ -173,16 +209,21 @@ class ConfigFields(_Strict):
     data: Data = Data()
     placement: Placement = Placement()
     network: Network = Network()
-    deadline_s: Optional[Seconds] = Field(None, gt=0.0, le=30 * 86400.0)
-    deadline_margin: float = Field(10.0, ge=1.0, le=1000.0,
+    deadline_s: Optional[Seconds] = Field(None, ge=MIN_DEADLINE_S, le=30 * 86400.0)
+    deadline_margin: Float = Field(10.0, ge=1.0, le=1000.0,
                                    description="default deadline: this x the queueing model's time + 60 s")
     faults: list[Fault] = Field(default_factory=list)
-    checkpoint_every: int = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
-    restarts: int = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
+    checkpoint_every: Int = Field(0, ge=0, le=10**9, description="shards checkpoint every this many updates")
+    restarts: Int = Field(1, ge=0, le=100, description="how often Ray restarts a crashed actor")
 
     @model_validator(mode="after")
     def _faults_fit(self) -> "ConfigFields":
         check_faults(self)
+        return self
+
+    @model_validator(mode="after")
+    def _steps_bounded(self) -> "ConfigFields":
+        check_steps(self)
         return self
 
     @model_validator(mode="after")
@@ -238,7 +279,7 @@ class ConfigFields(_Strict):
 class ExperimentSpec(ConfigFields):
     name: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    repeats: int = Field(1, ge=1, le=1000)
+    repeats: Int = Field(1, ge=1, le=1000)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     preset: Optional[str] = Field(None, description="a model preset (`testbed presets`): fills gradient_bytes, "
                                   "compute.seconds, workload.sample_bytes and minibatch where the spec gives none")
@@ -260,9 +301,16 @@ class ExperimentSpec(ConfigFields):
     @model_validator(mode="after")
     def _faults_fit(self) -> "ExperimentSpec":
         # With a sweep the base values may not be a config that runs (workers: 1, sweeping 2
-        # and 4): the faults are checked on each expanded config instead.
+        # and 4): the faults, the steps and the knobs are checked on the expanded configs instead.
         if not self.sweep:
             check_faults(self)
+            check_knobs_take_effect([self])
+        return self
+
+    @model_validator(mode="after")
+    def _steps_bounded(self) -> "ExperimentSpec":
+        if not self.sweep:
+            check_steps(self)
         return self
 
     @model_validator(mode="after")
@@ -271,6 +319,17 @@ class ExperimentSpec(ConfigFields):
             _check_path(key)
             if not isinstance(values, list) or not values:
                 raise ValueError(f"sweep.{key} must be a non-empty list, got {values!r}")
+            seen: set[str] = set()
+            for value in values:
+                token = json.dumps(value, sort_keys=True, default=str)
+                if token in seen:
+                    raise ValueError(f"sweep.{key} lists {value!r} twice; give each value once")
+                seen.add(token)
+        n = sweep_configs(self.sweep)
+        if n > MAX_SWEEP_CONFIGS:
+            sizes = " x ".join(str(len(v)) for v in self.sweep.values())
+            raise ValueError(f"sweep: {n} configs ({sizes} values), at most {MAX_SWEEP_CONFIGS}; sweep fewer values "
+                             f"or split the experiment")
         return self
 
     def config_fields(self) -> dict[str, Any]:
@@ -285,6 +344,60 @@ class RunConfig(ConfigFields):
     config_id: str
     index: int = Field(ge=0)
     sweep_values: dict[str, Any] = Field(default_factory=dict)
+
+
+def sweep_configs(sweep: dict[str, list[Any]]) -> int:
+    """How many configs a sweep expands to (the product of its lists' lengths), without expanding it."""
+    return math.prod(len(v) for v in sweep.values()) if sweep else 1
+
+
+def check_steps(cfg: "ConfigFields") -> None:
+    """Steps derived from epochs obey the same cap as ``workload.steps``."""
+    w = cfg.workload
+    if w.epochs is None:
+        return
+    steps = w.steps_per_worker(cfg.workers)
+    if steps > MAX_STEPS:
+        raise ValueError(
+            f"workload.epochs: {w.epochs:g} epochs of {format_bytes(w.dataset_bytes)} in samples of "
+            f"{format_bytes(w.sample_bytes)}, minibatch {w.minibatch}, make {steps} steps per worker with "
+            f"workers={cfg.workers}; at most {MAX_STEPS}: lower workload.epochs or raise workload.minibatch or "
+            f"workload.sample_bytes")
+
+
+def _ineffective_knobs(cfg: "ConfigFields") -> tuple[dict[str, str], set[str]]:
+    """The knobs ``cfg`` sets away from their defaults (name -> why it would have no effect
+    here, or '' when it has one)."""
+    out: dict[str, str] = {}
+    if cfg.staleness != 0:
+        out["staleness"] = "" if cfg.sync is SyncMode.SSP else (
+            f"staleness applies to sync 'ssp' only (got staleness: {cfg.staleness} with sync '{cfg.sync.value}'); "
+            f"set sync: ssp, or leave staleness out")
+    no_data = cfg.workload.dataset_bytes <= 0
+    if cfg.data.step_reads is not StepReads.NONE:
+        out["data.step_reads"] = "" if not no_data else (
+            f"data.step_reads '{cfg.data.step_reads.value}' reads the data set every step, but there is none: "
+            f"set workload.dataset_bytes, or leave data.step_reads out")
+    if cfg.data.init_io is InitIO.SEQUENTIAL:
+        out["data.init_io"] = "" if not no_data else (
+            "data.init_io 'sequential' orders the reads of the data set, but there is none: "
+            "set workload.dataset_bytes, or leave data.init_io out")
+    return out, {k for k, why in out.items() if not why}
+
+
+def check_knobs_take_effect(configs: list["ConfigFields"]) -> None:
+    """Refuse a knob set where it would be ignored: set in some config and taking effect in
+    none (a sweep over ``sync`` with ``staleness: 2`` is fine: it applies to the ssp points)."""
+    reasons: dict[str, str] = {}
+    effective: set[str] = set()
+    for cfg in configs:
+        why, works = _ineffective_knobs(cfg)
+        for knob, reason in why.items():
+            reasons.setdefault(knob, reason)
+        effective |= works
+    for knob, reason in reasons.items():
+        if knob not in effective:
+            raise ValueError(reason)
 
 
 def _check_path(path: str) -> None:
@@ -318,7 +431,7 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 def _format_validation_error(err: ValidationError, source: str) -> UserError:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(spec)"
+        loc = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             parent = e["loc"][:-1]
@@ -335,7 +448,8 @@ def _format_validation_error(err: ValidationError, source: str) -> UserError:
             msg = f"must be one of {e.get('ctx', {}).get('expected', '')}"
         value = e.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        lines.append(f"{loc}: {msg}{shown}")
+        # A check across fields (loc empty) names its fields in its message.
+        lines.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
     return UserError(f"{source}: invalid spec: " + "; ".join(lines))
 
 
@@ -358,9 +472,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise UserError(f"--set {item!r}: expected key=value, e.g. --set workers=4 or --set compute.seconds=20ms")
         key, _, raw = item.partition("=")
         try:
-            value = yaml.safe_load(raw)
+            value = safe_load(raw)
         except yaml.YAMLError as err:
             raise UserError(f"--set {item!r}: the value is not valid YAML ({err})") from None
+        except YamlTooLarge as err:
+            raise UserError(f"--set {key.strip()}: {err}") from None
         _set_path(data, key.strip(), value)
     return data
 
@@ -369,13 +485,19 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> Experimen
     """Read and validate a YAML spec file."""
     path = Path(path)
     try:
+        size = path.stat().st_size if path.is_file() else 0
+        if size > MAX_SPEC_BYTES:
+            raise UserError(f"{path}: {format_bytes(size)}, but a spec file may be at most {format_bytes(MAX_SPEC_BYTES)}; "
+                            f"is it the right file?")
         text = path.read_text()
     except FileNotFoundError:
         raise UserError(f"{path}: no such spec file; the experiments/ folder has examples") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
+    except YamlTooLarge as err:
+        raise UserError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -399,6 +521,7 @@ def expand(spec: ExperimentSpec) -> list[RunConfig]:
     base = spec.config_fields()
     keys = list(spec.sweep)
     configs = []
+    points: dict[str, str] = {}  # resolved fields -> the sweep point that gave them
     for index, values in enumerate(itertools.product(*(spec.sweep[k] for k in keys))):
         fields = json.loads(json.dumps(base))
         for key, value in zip(keys, values):
@@ -408,10 +531,21 @@ def expand(spec: ExperimentSpec) -> list[RunConfig]:
         except ValidationError as err:
             point = ", ".join(f"{k}={v!r}" for k, v in zip(keys, values))
             raise _format_validation_error(err, f"{spec.name} (sweep point {point})") from None
+        point = ", ".join(f"{k}={v!r}" for k, v in zip(keys, values))
+        token = json.dumps(resolved, sort_keys=True)
+        if token in points:
+            raise UserError(f"{spec.name}: invalid spec: sweep points {points[token]} and {point} give the same config; "
+                            f"give each value once")
+        points[token] = point
         configs.append(RunConfig(
             **resolved, experiment=spec.name, index=index,
             config_id=_config_id(index, resolved), sweep_values=dict(zip(keys, values)),
         ))
+    if spec.sweep:
+        try:
+            check_knobs_take_effect(configs)
+        except ValueError as err:
+            raise UserError(f"{spec.name}: invalid spec: {err}") from None
     return configs
 
 

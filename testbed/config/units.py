@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_bytes", "parse_seconds", "parse_bits_per_s", "format_bytes", "format_seconds", "format_bits_per_s"]
+__all__ = ["parse_bytes", "parse_seconds", "parse_bits_per_s", "format_bytes", "format_seconds", "format_bits_per_s",
+           "not_a_boolean"]
 
 _SIZE_UNITS = {
     "": 1,
@@ -35,6 +36,14 @@ def _split(text: str) -> tuple[float, str]:
     if not match:
         raise ValueError(f"{text!r} is not a number with an optional unit")
     return float(match.group(1)), match.group(2)
+
+
+def not_a_boolean(value: object) -> object:
+    """Refuse a boolean where a number belongs: YAML reads yes/no/true/false as booleans, and
+    pydantic would take those for 1 and 0 (``workers: true``)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
 
 
 def parse_bytes(value: int | float | str) -> int:

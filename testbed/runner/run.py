@@ -55,7 +55,7 @@ from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Rol
 from testbed.records.rundir import RunFolder, default_run_dir
 from testbed.records.summary import summarize
 from testbed.records.trace import chrome_trace
-from testbed.runner.cluster import check_address, ray_session
+from testbed.runner.cluster import check_address, ray_session, resolve_address
 from testbed.runner.guard import check_disk, check_memory, check_object_store, object_store_bytes_needed
 from testbed.runner.nodes import NodeInfo, NodeMonitors, alive_nodes, prepare_on_nodes
 from testbed.runner.placement import plan_placement, reserve
@@ -319,13 +319,14 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     configs = expand(spec)
     if monitor_interval_s is not None and monitor_interval_s <= 0:
         raise UserError(f"the monitor interval must be > 0 s (or None: no monitors), got {monitor_interval_s}")
+    address = resolve_address(address)  # --address, else RAY_ADDRESS (Ray's convention), else local Ray
     if address:
         check_address(address)  # before a run folder exists: nothing to clean up
     previous = open_for_resume(Path(resume), spec) if resume is not None else None
     todo = missing_runs(previous.manifest, configs, spec.repeats) if previous else \
         [(c, r) for c in configs for r in range(spec.repeats)]
     pending = list({c.config_id: c for c, _ in todo}.values())
-    check_memory(pending, psutil.virtual_memory().available)
+    check_memory(pending, psutil.virtual_memory().available, repeats=spec.repeats)
     for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
         check_data_dir(data)
     check_disk(pending, _free_bytes, dataset_present_bytes)

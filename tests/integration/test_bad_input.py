@@ -93,6 +93,13 @@ ROWS = [
     ("unreachable-address", lambda t: (["run", spec_with(t, ""), "--address", "127.0.0.1:9"], []),
      "no Ray cluster answers at 127.0.0.1:9"),
     ("malformed-address", lambda t: (["run", spec_with(t, ""), "--address", "headnode"], []), "expected HOST:PORT"),
+    # Ray's convention: without --address, RAY_ADDRESS names the cluster.
+    ("unreachable-ray-address", lambda t: (["run", spec_with(t, "")], [], {"RAY_ADDRESS": "127.0.0.1:9"}),
+     "no Ray cluster answers at 127.0.0.1:9 (Connection refused); start one with `ray start --head` on that host, "
+     "or unset RAY_ADDRESS"),
+    ("dashboard-url-as-ray-address", lambda t: (["run", spec_with(t, "")], [],
+                                                {"RAY_ADDRESS": "http://127.0.0.1:8265"}),
+     "RAY_ADDRESS='http://127.0.0.1:8265' is a dashboard address"),
     ("bad-monitor-interval", lambda t: (["run", spec_with(t, ""), "--monitor-interval", "soon"], []),
      "--monitor-interval"),
     ("out-not-empty", lambda t: (["run", spec_with(t, ""), "--out", run_folder(t)], [t / "run"]),
@@ -113,7 +120,64 @@ ROWS = [
     ("resume-with-out", lambda t: (["run", "--resume", run_folder(t), "--out", str(t / "x")], [t / "run"]),
      "leave out --out"),
     ("no-spec-no-resume", lambda t: (["run"], []), "give a spec file"),
+    # Inputs that would run away: each names the field and the limit.
+    ("epochs-past-the-step-cap", lambda t: (["run", spec_with(
+        t, "workload: {epochs: 1000, dataset_bytes: 64MiB, sample_bytes: 1, minibatch: 1}\n")], []),
+     "workload.epochs: 1000 epochs of 64 MiB"),
+    ("flops-infinite", lambda t: (["run", spec_with(t, "compute: {mode: matmul, flops: .inf}\n")], []),
+     "compute.flops: Input should be a finite number"),
+    ("flops-too-many", lambda t: (["run", spec_with(t, "compute: {mode: matmul, flops: 1e15}\n")], []),
+     "compute.flops: Input should be less than or equal to 10000000000000"),
+    ("matmul-too-large-for-memory", lambda t: (["run", spec_with(
+        t, "workers: 256\ncompute: {mode: matmul, flops: 1e13}\n")], []), "lower compute.flops or workers"),
+    ("events-too-many-for-memory", lambda t: (["run", spec_with(
+        t, "workers: 64\nworkload: {steps: 10000000}\ncompute: {seconds: 0}\n")], []),
+     "lower workload.steps (or workload.epochs) or workers"),
+    ("sweep-past-the-hard-limit", lambda t: (["run", spec_with(
+        t, "sweep: {seed: [" + ", ".join(map(str, range(200))) + "], learning_rate: ["
+        + ", ".join(f"{i + 1}.5" for i in range(100)) + "]}\n")], []), "sweep: 20000 configs (200 x 100 values)"),
+    ("sweep-without-large-sweep", lambda t: (["run", spec_with(
+        t, "repeats: 3\nsweep: {seed: [" + ", ".join(map(str, range(200))) + "]}\n")], []),
+     "600 config runs (200 configs x 3 repeats), estimated at least"),
+    ("yaml-alias-bomb", lambda t: (["run", write(t / "bomb.yaml", ALIAS_BOMB)], []),
+     "expands to more than 100000 YAML nodes"),
+    ("yaml-recursive-alias", lambda t: (["run", write(t / "loop.yaml", "name: x\nsweep: &a {workers: [*a]}\n")], []),
+     "an alias refers to itself"),
+    ("set-alias-bomb", lambda t: (["run", spec_with(t, ""), "--set", "description=" + ONE_LINE_BOMB], []),
+     "--set description: the document expands"),
+    # Accepted silently before: each now refused, naming the field.
+    ("workers-true", lambda t: (["run", spec_with(t, "workers: true\n")], []),
+     "workers: must be a number, not a boolean (got True)"),
+    ("staleness-under-async", lambda t: (["run", spec_with(t, "staleness: 2\n")], []),
+     "staleness applies to sync 'ssp' only"),
+    ("step-reads-without-data", lambda t: (["run", spec_with(t, "data: {step_reads: random}\n")], []),
+     "data.step_reads 'random' reads the data set every step, but there is none"),
+    ("sequential-init-without-data", lambda t: (["run", spec_with(t, "data: {init_io: sequential}\n")], []),
+     "data.init_io 'sequential' orders the reads of the data set, but there is none"),
+    ("empty-data-dir", lambda t: (["run", spec_with(t, "data: {dir: ''}\n")], []), "data.dir: must name a directory"),
+    ("duplicate-sweep-value", lambda t: (["run", spec_with(t, "sweep: {workers: [1, 2, 2]}\n")], []),
+     "sweep.workers lists 2 twice"),
+    ("sweep-points-that-are-one-config", lambda t: (["run", spec_with(
+        t, "sweep: {gradient_bytes: [1MiB, 1048576]}\n")], []), "give the same config"),
+    ("deadline-below-a-millisecond", lambda t: (["run", spec_with(t, "deadline_s: 0.5ms\n")], []),
+     "deadline_s: Input should be greater than or equal to 0.001"),
+    ("monitor-interval-below-a-millisecond", lambda t: (["run", spec_with(t, ""), "--monitor-interval", "100us"], []),
+     "--monitor-interval '100us': must be at least 1ms"),
+    # Mistyped commands and options: click's answer (usage line, one line with its suggestions).
+    ("unknown-command", lambda t: (["valdate", spec_with(t, "")], []),
+     "No such command 'valdate'. Did you mean 'validate'"),
+    ("unknown-option", lambda t: (["run", spec_with(t, ""), "--monitor-intervall", "1s"], []),
+     "No such option: --monitor-intervall (Possible options: --monitor-interval)"),
+    ("option-without-value", lambda t: (["run", spec_with(t, ""), "--address"], []),
+     "Option '--address' requires an argument"),
 ]
+
+
+# Eight lines that expand to 10^8 values (the "billion laughs", a smaller cousin).
+ALIAS_BOMB = "name: bomb\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+ONE_LINE_BOMB = "[" + ", ".join(["&a0 [" + ", ".join(["1"] * 10) + "]"] + [
+    f"&a{k} [" + ", ".join([f"*a{k - 1}"] * 10) + "]" for k in range(1, 7)]) + "]"
 
 
 def _corrupt_run(tmp: Path) -> Path:
@@ -138,13 +202,14 @@ def test_the_table_is_big_enough():
 
 @pytest.mark.parametrize("name,build,needle", ROWS, ids=[r[0] for r in ROWS])
 def test_bad_input_gets_one_line_exit_2_and_damages_nothing(tmp_path, name, build, needle):
-    argv, kept = build(tmp_path)
+    argv, kept, *extra = build(tmp_path)
     before = fingerprint(kept)
-    env = {**os.environ, "CI": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "CI": "1", **(extra[0] if extra else {})}
     r = subprocess.run([sys.executable, "-m", "testbed", *argv], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path, env=env)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    # "error:" from the testbed, "Error:" from click's usage errors
+    lines = [ln for ln in r.stderr.splitlines() if ln.lower().startswith("error:")]
     assert len(lines) == 1, r.stderr
     assert needle in lines[0], lines[0]
     assert "Traceback" not in r.stderr + r.stdout

@@ -2,6 +2,7 @@
 services, the run folder of a cluster run. Asserts structure, never times."""
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from testbed.config.errors import UserError
 from testbed.config.spec import expand, load_spec, parse_spec
 from testbed.records.rundir import RUN_FOLDER_ENTRIES, RunFolder
 from testbed.report.writer import write_report
+from testbed.runner.cluster import ray_session
 from testbed.runner.nodes import alive_nodes, prepare_on_nodes
 from testbed.runner.run import run_config, run_experiment
 
@@ -47,8 +49,10 @@ def cluster():
         for _ in range(NODES - 1):
             c.add_node(**_NODE_ARGS)
         c.wait_for_nodes()
-        ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
-        yield c
+        # Joined as the testbed joins a cluster, but without shipping the code: the actors
+        # must import this checkout (the first test checks it).
+        with ray_session(c.address, ship_code=False, logging_level=logging.ERROR):
+            yield c
     finally:
         ray.shutdown()
         c.shutdown()
