@@ -43,9 +43,10 @@ DEFAULT_BARRIER_TIMEOUT_S = 300.0
 # Added to margin x predicted time for a config's default deadline: actor start-up, restarts.
 DEADLINE_SLACK_S = 60.0
 
-# Reliability fields left out of a config's id while they hold their defaults, so configs
-# without faults keep the ids they had before these fields existed.
-_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0}
+# Fields added after the first run folders (reliability, virtual workers) left out of a
+# config's id while they hold their defaults, so such configs keep the ids they had before.
+_ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0,
+                      "workers_per_process": None}
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
@@ -176,6 +177,8 @@ class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
     seed: int = Field(0, ge=0, le=2**32 - 1)
     workers: int = Field(1, ge=1, le=4096)
+    workers_per_process: Optional[int] = Field(
+        None, ge=1, le=4096, description="virtual workers one worker process hosts (none: chosen per node)")
     servers: int = Field(1, ge=1, le=256)
     sync: SyncMode = SyncMode.ASYNC
     staleness: int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")
