@@ -61,14 +61,23 @@ def background_processes(session: str, exclude_pids: Iterable[int] = ()) -> list
     return out
 
 
+def _label(proc: psutil.Process) -> str:
+    """A process's name; for Ray's Python services the script's (``log_monitor.py``, ``monitor.py``)."""
+    name = proc.name()
+    if name.startswith("python"):
+        scripts = [a for a in proc.cmdline()[1:] if a.endswith(".py")]
+        return scripts[0].rsplit("/", 1)[-1] if scripts else name
+    return name
+
+
 def cpu_snapshot(processes: Iterable[psutil.Process]) -> dict[int, tuple[str, float]]:
-    """pid -> (process name, CPU seconds so far: user + system)."""
+    """pid -> (process label, CPU seconds so far: user + system)."""
     out = {}
     for proc in processes:
         try:
             with proc.oneshot():
                 times = proc.cpu_times()
-                out[proc.pid] = (proc.name(), times.user + times.system)
+                out[proc.pid] = (_label(proc), times.user + times.system)
         except psutil.Error:
             continue
     return out
