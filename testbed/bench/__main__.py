@@ -28,6 +28,8 @@ FIGURES = {
     "event_recording": "testbed.bench.event_recording",
     "scale": "testbed.bench.scale",
     "peer": "testbed.bench.peer",
+    "capacity": "testbed.bench.capacity",
+    "setup": "testbed.bench.setup",
 }
 
 
