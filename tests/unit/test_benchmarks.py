@@ -81,7 +81,7 @@ def test_largest_passing_worker_count():
 def test_unknown_figure_is_a_usage_error(capsys):
     assert main(["--only", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
-    assert list(FIGURES)[0] == "apply_bandwidth" and len(FIGURES) == 7
+    assert list(FIGURES)[0] == "apply_bandwidth" and len(FIGURES) == 9
 
 
 def test_capacity_takes_the_largest_n_at_each_threshold():
