@@ -6,6 +6,11 @@ processes. They share the cores with the emulation, so their CPU during the trai
 is recorded with each config (manifest ``finished[].ray_background_cpu_s``): a busy
 background is a reason for a slower step, not the testbed's emulation.
 
+Ray 2.60's ``ray.init`` can leave out the dashboard's UI (``include_dashboard=False``, which
+``testbed.runner.cluster`` passes) but not the rest: the log monitor, the autoscaler monitor
+and the agents are started with every local instance (``ray start`` has no flag for the
+agents either), hence this measurement rather than a leaner start.
+
 Which processes: those whose command line names the Ray session (GCS, raylet, monitors,
 dashboard) and every descendant of them (agents, worker processes), minus the processes
 given (the run's actors) and the testbed's own node monitors. Only the driver's node is

@@ -101,3 +101,16 @@ def test_a_killed_worker_restarts_every_worker_of_its_process_and_only_those(ray
         assert len(restarts) == (1 if i < 4 else 0), i  # the killed worker's process: all four restart
     (killed,) = ev[(ev.actor == "worker-1") & (ev.phase == "restart")].itertuples()
     assert killed.step == 4
+
+
+def test_sequential_init_orders_the_virtual_workers_of_one_process(ray_local, tmp_path):
+    cfg = make_cfg(workers=4, workers_per_process=4, workload={"steps": 2, "dataset_bytes": "16MiB"},
+                   data={"dir": str(tmp_path / "data"), "file_bytes": "4MiB", "init_io": "sequential",
+                         "partition": "full"})
+    out = run_config(cfg, 0, "run-virtual-gate")
+    assert out.status == "ok" and out.worker_processes == [[0, 1, 2, 3]]
+    ev = pd.DataFrame(out.columns)
+    reads = ev[ev.phase == "init_read"].sort_values("start_ns")
+    assert list(reads.actor) == [f"worker-{i}" for i in range(4)]  # the gate's order, inside one process
+    ends = (reads.start_ns + reads.duration_ns).to_numpy()
+    assert (reads.start_ns.to_numpy()[1:] >= ends[:-1]).all()  # one reader at a time
