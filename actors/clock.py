@@ -73,7 +73,7 @@ class ClockActor:
         self.clock = StepClock(workers, staleness, timeout_s)
 
     def ready(self) -> dict[str, Any]:
-        from actors.worker import node_identity
+        from actors.host import node_identity
         return node_identity()
 
     def tick(self, worker: int, completed: int) -> bool:

@@ -8,9 +8,15 @@ queue: the time a push waits for the lock is its ``queue`` phase.
 
 Every event a shard records names it: its actor is ``server-<shard>``.
 
-In ``sync`` mode a worker pulls with ``pull_at(version)``, which blocks until the
-shard has applied that many updates (N x (k + 1) after step k) and returns the
-parameters as they were at exactly that version. The first such pull takes a
+A pull that is due right after a push travels with it: ``push_pull`` applies, then
+answers with the parameters as of that update (one round trip instead of two, and one
+lock hold). ``push`` and ``pull`` alone remain for steps without a pull and for ``ssp``,
+whose clock tick comes between the two.
+
+In ``sync`` mode a worker pushes and pulls with ``push_pull_at(..., version)``, which
+applies, then blocks until the shard has applied ``version`` updates (N x (k + 1) after
+step k) and returns the parameters as they were at exactly that version (``pull_at`` is
+the same wait without a push). The first such pull takes a
 snapshot; it always finds the version exactly at the target, because no worker can
 push step k + 1 before its own pull of step k has returned. The shard does not
 need to know N: the target is the worker's.
@@ -88,36 +94,71 @@ class ParameterServer:
         ``pulled_version`` is the shard version the worker last pulled; the apply records
         its staleness (updates applied in between), or -1 when unknown.
         """
+        self._check(grad)
+        arrived = self.recorder.now()
+        with self._lock:
+            return self._push_locked(grad, worker, step, pulled_version, arrived)
+
+    def push_pull(self, grad: np.ndarray, worker: int, step: int,
+                  pulled_version: int = -1) -> tuple[int, np.ndarray, int]:
+        """A push and the pull that is due after it, in one call: apply, then copy the
+        parameters as of this update. Returns (version, parameters, wall-clock ns when the
+        shard was done with the push): the worker splits the call into ``push`` and ``pull``
+        there."""
+        self._check(grad)
+        arrived = self.recorder.now()
+        with self._lock:
+            self._push_locked(grad, worker, step, pulled_version, arrived)
+            pushed_wall_ns = self.recorder.now()[0]
+            return self.version, self.w.copy(), pushed_wall_ns
+
+    def push_pull_at(self, grad: np.ndarray, worker: int, step: int, pulled_version: int,
+                     version: int) -> tuple[int, np.ndarray, int, int]:
+        """``sync``: a push, then the pull of ``version`` (``pull_at``), in one call. Returns
+        (version, parameters at exactly it, ns waited for the round, wall-clock ns when the
+        shard was done with the push)."""
+        self._check(grad)
+        arrived = self.recorder.now()
+        with self._applied:
+            self._push_locked(grad, worker, step, pulled_version, arrived)
+            pushed_wall_ns, t0 = self.recorder.now()
+            params, waited_ns = self._pull_at_locked(version, t0)
+            return version, params, waited_ns, pushed_wall_ns
+
+    def _check(self, grad: np.ndarray) -> None:
         if grad.shape != self.w.shape:
             raise ValueError(f"shard {self.shard} expects {self.w.shape[0]} values, got {grad.shape}")
-        wall_arrive, t_arrive = self.recorder.now()
-        with self._lock:
-            if (self._crash is not None and self.version in self.faults.kill_updates
-                    and self.version not in self.crashed_at):
-                self.crashed_at.append(self.version)
-                self._crash()
-            if step <= self.last_step.get(worker, -1):  # a retried push this state already holds
-                return self.version
-            t_start = self.recorder.mono_ns()
-            self._apply(grad)
-            if self.apply_extra_s > 0:
-                self._sleep(self.apply_extra_s)
-            staleness = self.version - pulled_version if pulled_version >= 0 else -1
-            self.version += 1
-            self.pushes[worker] = self.pushes.get(worker, 0) + 1
-            self.last_step[worker] = step
-            t_end = self.recorder.mono_ns()
-            # Recorded under the lock: the recorder's columns must not interleave between threads.
-            self.recorder.record(Phase.QUEUE, step, wall_arrive, t_start - t_arrive)
-            self.recorder.record(Phase.APPLY, step, wall_arrive + (t_start - t_arrive), t_end - t_start,
-                                 grad.nbytes, staleness)
-            every = self.faults.checkpoint_every
-            if every and self._checkpoint is not None and self.version % every == 0:
-                with self.recorder.timed(Phase.CHECKPOINT, step, self.w.nbytes):
-                    self._checkpoint(self.state())
-            if self._waiting:
-                self._applied.notify_all()
+
+    def _push_locked(self, grad: np.ndarray, worker: int, step: int, pulled_version: int,
+                     arrived: tuple[int, int]) -> int:
+        """The apply of a push, with the lock held; ``arrived``: (wall, monotonic) ns of its arrival."""
+        wall_arrive, t_arrive = arrived
+        if (self._crash is not None and self.version in self.faults.kill_updates
+                and self.version not in self.crashed_at):
+            self.crashed_at.append(self.version)
+            self._crash()
+        if step <= self.last_step.get(worker, -1):  # a retried push this state already holds
             return self.version
+        t_start = self.recorder.mono_ns()
+        self._apply(grad)
+        if self.apply_extra_s > 0:
+            self._sleep(self.apply_extra_s)
+        staleness = self.version - pulled_version if pulled_version >= 0 else -1
+        self.version += 1
+        self.pushes[worker] = self.pushes.get(worker, 0) + 1
+        self.last_step[worker] = step
+        t_end = self.recorder.mono_ns()
+        # Recorded under the lock: the recorder's columns must not interleave between threads.
+        self.recorder.record(Phase.QUEUE, step, wall_arrive, t_start - t_arrive)
+        self.recorder.record(Phase.APPLY, step, wall_arrive + (t_start - t_arrive), t_end - t_start,
+                             grad.nbytes, staleness)
+        every = self.faults.checkpoint_every
+        if every and self._checkpoint is not None and self.version % every == 0:
+            with self.recorder.timed(Phase.CHECKPOINT, step, self.w.nbytes):
+                self._checkpoint(self.state())
+        if self._waiting:
+            self._applied.notify_all()
+        return self.version
 
     def _apply(self, grad: np.ndarray) -> None:
         """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
@@ -138,21 +179,26 @@ class ParameterServer:
         """
         t0 = self.recorder.mono_ns()
         with self._applied:
-            self._waiting += 1
-            try:
-                reached = self._applied.wait_for(lambda: self.version >= version, timeout=self.wait_timeout_s)
-            finally:
-                self._waiting -= 1
-            if not reached:
-                raise TimeoutError(f"shard {self.shard}: waited {self.wait_timeout_s:g}s for version {version}, "
-                                   f"still at {self.version}; a worker has failed or stalled")
-            waited_ns = self.recorder.mono_ns() - t0
-            if self._snapshot is None or self._snapshot[0] != version:
-                if self.version != version:
-                    raise RuntimeError(f"shard {self.shard}: asked for version {version} but already at "
-                                       f"{self.version} with no snapshot of it; workers are out of lock step")
-                self._snapshot = (version, self.w.copy())  # read-only from here on: pulls share it
-            return version, self._snapshot[1], waited_ns
+            params, waited_ns = self._pull_at_locked(version, t0)
+            return version, params, waited_ns
+
+    def _pull_at_locked(self, version: int, t0: int) -> tuple[np.ndarray, int]:
+        """``pull_at``'s wait and snapshot, with the lock held; ``t0``: when the wait began."""
+        self._waiting += 1
+        try:
+            reached = self._applied.wait_for(lambda: self.version >= version, timeout=self.wait_timeout_s)
+        finally:
+            self._waiting -= 1
+        if not reached:
+            raise TimeoutError(f"shard {self.shard}: waited {self.wait_timeout_s:g}s for version {version}, "
+                               f"still at {self.version}; a worker has failed or stalled")
+        waited_ns = self.recorder.mono_ns() - t0
+        if self._snapshot is None or self._snapshot[0] != version:
+            if self.version != version:
+                raise RuntimeError(f"shard {self.shard}: asked for version {version} but already at "
+                                   f"{self.version} with no snapshot of it; workers are out of lock step")
+            self._snapshot = (version, self.w.copy())  # read-only from here on: pulls share it
+        return self._snapshot[1], waited_ns
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds (call under the lock, or when no push runs)."""
@@ -238,6 +284,12 @@ class ServerActor:
 
     def pull(self) -> tuple[int, np.ndarray]:
         return self.server.pull()
+
+    def push_pull(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> tuple:
+        return self.server.push_pull(grad, worker, step, pulled_version)
+
+    def push_pull_at(self, grad: np.ndarray, worker: int, step: int, pulled_version: int, version: int) -> tuple:
+        return self.server.push_pull_at(grad, worker, step, pulled_version, version)
 
     def pull_at(self, version: int) -> tuple[int, np.ndarray, int]:
         return self.server.pull_at(version)

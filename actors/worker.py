@@ -1,23 +1,28 @@
-"""The worker: a plain class that runs the step loop, and its Ray wrapper.
+"""The worker: a plain class that runs the step loop.
 
 Per step: optional input read, compute, push the gradient to every shard (the S
 slices concurrently; the push ends when every shard has applied its slice), then,
 by consistency mode (docs/consistency.md):
 
 - ``async``: every ``pull_every`` steps a pull from every shard; no worker waits for another.
-- ``sync``: a pull of version N x (k + 1) from every shard after every step k; each shard
-  holds the pull until all N pushes of the step are applied. The time a shard held it is
-  the step's ``barrier`` (measured by the shard, the longest over the shards); the rest of
-  the call (request, snapshot copy, reply, transfer) is the step's ``pull``.
+  A pull that is due travels with the push (``push_pull``: one call per shard, which
+  applies and answers with its parameters); the shard's timestamp of the end of its
+  part of the push splits the call into ``push`` and ``pull``.
+- ``sync``: a push and a pull of version N x (k + 1) in one call per shard after every step
+  k (``push_pull_at``); each shard holds the call after its apply until all N pushes of the
+  step are applied. The call is recorded as ``push`` (until the last shard was done with the
+  push), ``barrier`` (the longest a shard held it) and ``pull`` (the rest: the snapshot copy,
+  the reply, the transfer).
 - ``ssp``: after every step but the last, a tick of the step clock, which holds the worker
   while it is more than ``staleness`` steps ahead of the slowest (timed as ``barrier``,
-  including the clock call); then pulls as in ``async``.
+  including the clock call); then pulls as in ``async``, as a call of its own (after the tick).
 
 Faults (``testbed.config.faults``): a straggler's compute is stretched by its factor; a worker
 with a ``kill_worker`` fault calls its ``crash`` hook before the step, which in the actor
-saves its events and position (``actors.state``) and exits the process. Ray restarts the
-actor and retries the driver's ``train`` call; the new process puts the saved events back,
-resumes at the step it died before, and records the time in between as ``restart``.
+(``actors.host``) saves the events and positions of every worker of the process and exits
+it. Ray restarts the actor and retries the driver's ``train`` call; the new process puts
+the saved events back, resumes each worker at the step it was in, and records the time in
+between as ``restart``.
 
 The worker talks to the servers through a ``ServerClient`` and to the step clock through
 a ``ClockClient``; tests pass ones that call plain objects, runs pass the Ray ones.
@@ -25,26 +30,27 @@ a ``ClockClient``; tests pass ones that call plain objects, runs pass the Ray on
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from actors.state import crash_path, load_state, save_state
-from testbed.config.faults import WorkerFaults, worker_faults
+from testbed.config.faults import WorkerFaults
 from testbed.config.spec import RunConfig, SyncMode
 from testbed.emulation.compute import ComputeEmulator, ComputePlan, GradientSource
-from testbed.records.events import EventRecorder, Phase, Role
+from testbed.records.events import EventRecorder, Phase
 
-__all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker",
-           "WorkerActor", "node_identity"]
+__all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker"]
 
 
 class ServerClient(Protocol):
     def push(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int]) -> list[int]: ...
     def pull(self) -> list[tuple[int, np.ndarray]]: ...
     def pull_at(self, version: int) -> list[tuple[int, np.ndarray, int]]: ...
+    def push_pull(self, slices: Sequence[np.ndarray], worker: int, step: int,
+                  versions: Sequence[int]) -> list[tuple[int, np.ndarray, int]]: ...
+    def push_pull_at(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int],
+                     version: int) -> list[tuple[int, np.ndarray, int, int]]: ...
 
 
 class ClockClient(Protocol):
@@ -66,6 +72,12 @@ class LocalServerClient:
     def pull_at(self, version):
         return [s.pull_at(version) for s in self.servers]
 
+    def push_pull(self, slices, worker, step, versions):
+        return [s.push_pull(g, worker, step, v) for s, g, v in zip(self.servers, slices, versions)]
+
+    def push_pull_at(self, slices, worker, step, versions, version):
+        return [s.push_pull_at(g, worker, step, v, version) for s, g, v in zip(self.servers, slices, versions)]
+
 
 class RayServerClient:
     """Pushes to and pulls from shard actors; all shards are called before waiting on any."""
@@ -84,6 +96,15 @@ class RayServerClient:
     def pull_at(self, version):
         import ray
         return ray.get([h.pull_at.remote(version) for h in self.handles])
+
+    def push_pull(self, slices, worker, step, versions):
+        import ray
+        return ray.get([h.push_pull.remote(g, worker, step, v) for h, g, v in zip(self.handles, slices, versions)])
+
+    def push_pull_at(self, slices, worker, step, versions, version):
+        import ray
+        return ray.get([h.push_pull_at.remote(g, worker, step, v, version)
+                        for h, g, v in zip(self.handles, slices, versions)])
 
 
 class RayClockClient:
@@ -125,6 +146,7 @@ class Worker:
         self.versions = [0] * len(self.bounds)  # shard versions as of the last pull
         self.params: list[np.ndarray] = []
         self.steps_done = 0
+        self._step_start: tuple[int, Any] = (-1, None)  # (step, jitter state when it began)
         self.input = data_input  # an actors.reader.WorkerInput, or None when there is no data set
 
     def init(self) -> int:
@@ -146,6 +168,8 @@ class Worker:
             rec.record(Phase.RESTART, self.steps_done, self.restarted_wall_ns, max(0, wall - self.restarted_wall_ns))
             self.restarted_wall_ns = None
         for step in range(self.steps_done, steps):
+            if self.crash is not None:  # where a restart of this process would take the worker up
+                self._step_start = (step, self.rng.bit_generator.state)
             if step in self.faults.kill_steps and step not in self.crashed_steps and self.crash is not None:
                 self.crashed_steps.add(step)
                 self.crash(step)
@@ -156,15 +180,18 @@ class Worker:
                 self.compute.run(step)
             grad = self.source.fill(step)
             slices = [grad[lo:hi] for lo, hi in self.bounds]
-            with rec.timed(Phase.PUSH, step, nbytes):
-                self.client.push(slices, self.index, step, self.versions)
+            due = (step + 1) % pull_every == 0
             if mode is SyncMode.SYNC:
-                self._sync_pull(step)
+                self._sync_push_pull(step, slices)
+            elif mode is SyncMode.ASYNC and due:
+                self._push_pull(step, slices)
             else:
+                with rec.timed(Phase.PUSH, step, nbytes):
+                    self.client.push(slices, self.index, step, self.versions)
                 if mode is SyncMode.SSP and step + 1 < self.cfg.steps:
                     with rec.timed(Phase.BARRIER, step):
                         self.clock.tick(self.index, step + 1)
-                if (step + 1) % pull_every == 0:
+                if due:
                     with rec.timed(Phase.PULL, step, nbytes):
                         pulled = self.client.pull()
                     self.versions = [v for v, _ in pulled]
@@ -174,9 +201,13 @@ class Worker:
 
     def position(self) -> dict[str, Any]:
         """Where the worker stands, for its restarted self: steps done, pulled versions, kills
-        done and the jitter generator's state."""
+        done and the jitter generator's state as of the start of the step in progress (a
+        process that hosts several workers is killed while the others are mid-step)."""
+        at_step, rng_state = self._step_start
+        if at_step != self.steps_done:  # between steps: nothing drawn since the last one ended
+            rng_state = self.rng.bit_generator.state
         return {"steps_done": self.steps_done, "versions": list(self.versions),
-                "crashed_steps": sorted(self.crashed_steps), "rng": self.rng.bit_generator.state}
+                "crashed_steps": sorted(self.crashed_steps), "rng": rng_state}
 
     def resume(self, position: dict[str, Any], crashed_wall_ns: int) -> None:
         self.steps_done = position["steps_done"]
@@ -185,88 +216,34 @@ class Worker:
         self.rng.bit_generator.state = position["rng"]
         self.restarted_wall_ns = crashed_wall_ns
 
-    def _sync_pull(self, step: int) -> None:
-        """Pull the parameters as of all N pushes of ``step``, split into ``barrier`` and ``pull``."""
-        wall0, t0 = self.recorder.now()
-        pulled = self.client.pull_at(self.cfg.workers * (step + 1))
-        total_ns = self.recorder.mono_ns() - t0
-        barrier_ns = min(total_ns, max(waited for _, _, waited in pulled))
-        self.recorder.record(Phase.BARRIER, step, wall0, barrier_ns)
-        self.recorder.record(Phase.PULL, step, wall0 + barrier_ns, total_ns - barrier_ns, self.cfg.gradient_bytes)
+    def _split(self, wall0: int, total_ns: int, pushed_wall_ns: Sequence[int]) -> int:
+        """The ``push`` part of a call that pushed and pulled: from its start until the last
+        shard was done with the push (the shards' wall clocks; within the call's span)."""
+        return min(total_ns, max(0, max(pushed_wall_ns) - wall0))
+
+    def _push_pull(self, step: int, slices: list[np.ndarray]) -> None:
+        """Push and pull in one call per shard, recorded as ``push`` then ``pull``."""
+        rec, nbytes = self.recorder, self.cfg.gradient_bytes
+        wall0, t0 = rec.now()
+        pulled = self.client.push_pull(slices, self.index, step, self.versions)
+        total_ns = rec.mono_ns() - t0
+        push_ns = self._split(wall0, total_ns, [w for _, _, w in pulled])
+        rec.record(Phase.PUSH, step, wall0, push_ns, nbytes)
+        rec.record(Phase.PULL, step, wall0 + push_ns, total_ns - push_ns, nbytes)
         self.versions = [v for v, _, _ in pulled]
         self.params = [p for _, p, _ in pulled]
 
-
-# From this gradient size on a worker maps the object store up front (actors/shm.py): the page
-# faults it saves (~1 ms per 16 MiB written) outweigh the one-off cost (~0.2 s per GiB of store).
-PREMAP_MIN_GRADIENT_BYTES = 2**20
-
-
-def node_identity() -> dict[str, Any]:
-    """The Ray node id, IP and process id of the calling actor."""
-    import ray
-    ctx = ray.get_runtime_context()
-    return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
-
-
-class WorkerActor:
-    """Thin Ray wrapper around ``Worker``; made remote by ``testbed.runner.run``."""
-
-    def __init__(self, cfg: RunConfig, index: int, server_handles: list, run_id: str, repeat: int,
-                 dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None,
-                 state_dir: Optional[str] = None) -> None:
-        """``state_dir``: where a crash leaves the worker's state (needed with a kill_worker fault)."""
-        self.identity = node_identity()
-        self._gate, self._clock = gate, clock_handle
-        if cfg.gradient_bytes >= PREMAP_MIN_GRADIENT_BYTES:
-            # Large gradients are written into (and pulled from) object-store memory every step;
-            # map the store now, at setup, rather than a page fault per page during training.
-            from actors.shm import premap_object_store
-            self.identity["object_store_premap"] = premap_object_store()
-        self.recorder = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat,
-                                      actor=f"worker-{index}", role=Role.WORKER, node=self.identity["node"])
-        data_input = None
-        if dataset is not None and dataset.files:
-            from actors.reader import RayGateClient, WorkerInput
-            data_input = WorkerInput(cfg, index, dataset, RayGateClient(gate) if gate is not None else None)
-        clock = RayClockClient(clock_handle) if clock_handle is not None else None
-        faults = worker_faults(cfg, index)
-        self.crash_file = crash_path(state_dir, f"worker-{index}") if state_dir else None
-        self.worker = Worker(cfg, index, RayServerClient(server_handles), self.recorder, clock=clock,
-                             data_input=data_input, faults=faults,
-                             crash=self._crash if self.crash_file is not None else None)
-        saved = load_state(self.crash_file) if self.crash_file is not None else None
-        if saved is not None:  # this process is Ray's restart of one that crashed
-            self.recorder.restore(saved["events"])
-            self.worker.resume(saved["position"], saved["crashed_wall_ns"])
-
-    def _crash(self, step: int) -> None:
-        """The kill_worker fault: save the events and the position, then exit the process at once."""
-        save_state(self.crash_file, {"events": self.recorder.export(), "position": self.worker.position(),
-                                     "crashed_wall_ns": time.time_ns()})
-        os._exit(1)
-
-    def cpu_s(self) -> float:
-        """CPU seconds this actor's process has used (all its threads)."""
-        import time
-        return time.process_time()
-
-    def ready(self) -> dict[str, Any]:
-        """Answer once the worker is up, after one call to every shard (and the gate, the step
-        clock): a process's first call to an actor opens the connection (tens of ms here),
-        which belongs in setup, not in the first step's push."""
-        import ray
-        calls = [h.ready.remote() for h in self.worker.client.handles]
-        calls += [self._gate.done.remote()] if self._gate is not None else []
-        calls += [self._clock.ready.remote()] if self._clock is not None else []
-        ray.get(calls)
-        return self.identity
-
-    def init(self) -> int:
-        return self.worker.init()
-
-    def train(self) -> int:
-        return self.worker.train()
-
-    def events(self) -> dict[str, Any]:
-        return self.recorder.export()
+    def _sync_push_pull(self, step: int, slices: list[np.ndarray]) -> None:
+        """Push, then pull the parameters as of all N pushes of ``step``, in one call per shard;
+        recorded as ``push``, ``barrier`` (the longest a shard held the call) and ``pull``."""
+        rec, nbytes = self.recorder, self.cfg.gradient_bytes
+        wall0, t0 = rec.now()
+        pulled = self.client.push_pull_at(slices, self.index, step, self.versions, self.cfg.workers * (step + 1))
+        total_ns = rec.mono_ns() - t0
+        push_ns = self._split(wall0, total_ns, [w for _, _, _, w in pulled])
+        barrier_ns = min(total_ns - push_ns, max(waited for _, _, waited, _ in pulled))
+        rec.record(Phase.PUSH, step, wall0, push_ns, nbytes)
+        rec.record(Phase.BARRIER, step, wall0 + push_ns, barrier_ns)
+        rec.record(Phase.PULL, step, wall0 + push_ns + barrier_ns, total_ns - push_ns - barrier_ns, nbytes)
+        self.versions = [v for v, _, _, _ in pulled]
+        self.params = [p for _, p, _, _ in pulled]

@@ -43,6 +43,8 @@ FIGURES = {
     "scale": "testbed.bench.scale",
     "peer": "testbed.bench.peer",
     "simulate": "testbed.bench.simulate",
+    "capacity": "testbed.bench.capacity",
+    "setup": "testbed.bench.setup",
 }
 
 

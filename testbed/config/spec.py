@@ -55,12 +55,13 @@ DEFAULT_BARRIER_TIMEOUT_S = 300.0
 # Added to margin x predicted time for a config's default deadline: actor start-up, restarts.
 DEADLINE_SLACK_S = 60.0
 
-# Fields added after the first ids were issued (reliability, network), left out of a config's id
+# Fields added after the first ids were issued (reliability, network, virtual workers), left out of a config's id
 # while they hold their defaults, so configs that don't use them keep the ids they had before
 # these fields existed; a resumed run folder's older spec gets them filled in (preset too).
 _UNSHAPED = {"bandwidth": None, "latency": 0.0}
 _ID_OMITS_DEFAULTS = {"faults": [], "checkpoint_every": 0, "restarts": 1, "deadline_margin": 10.0,
-                      "network": {**_UNSHAPED, "same_node": _UNSHAPED}, "preset": None, "preset_scale": 1.0}
+                      "network": {**_UNSHAPED, "same_node": _UNSHAPED}, "preset": None, "preset_scale": 1.0,
+                      "workers_per_process": None}
 
 # The most steps a worker may run, whether given as workload.steps or derived from epochs.
 MAX_STEPS = 10_000_000
@@ -196,6 +197,8 @@ class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""
     seed: Int = Field(0, ge=0, le=2**32 - 1)
     workers: Int = Field(1, ge=1, le=4096)
+    workers_per_process: Optional[Int] = Field(
+        None, ge=1, le=4096, description="virtual workers one worker process hosts (none: chosen per node)")
     servers: Int = Field(1, ge=1, le=256)
     sync: SyncMode = SyncMode.ASYNC
     staleness: Int = Field(0, ge=0, le=1_000_000, description="ssp only: steps a worker may run ahead")

@@ -37,8 +37,8 @@ import psutil
 
 from actors.clock import ClockActor
 from actors.gate import remote_gate
+from actors.host import WorkerHost, host_name
 from actors.server import ServerActor
-from actors.worker import WorkerActor
 from testbed.config.errors import UserError
 from testbed.config.faults import KillServer, KillWorker, shard_faults
 from testbed.config.spec import (
@@ -51,10 +51,12 @@ from testbed.config.spec import (
     with_reliability_defaults,
 )
 from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
+from testbed.emulation.hosting import group_workers
 from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
 from testbed.records.rundir import RunFolder, default_run_dir
 from testbed.records.summary import summarize
 from testbed.records.trace import chrome_trace
+from testbed.runner.background import background_processes, cpu_between, cpu_snapshot, session_name
 from testbed.runner.cluster import check_address, ray_session, resolve_address
 from testbed.runner.guard import check_disk, check_memory, check_object_store, object_store_bytes_needed
 from testbed.runner.nodes import NodeInfo, NodeMonitors, alive_nodes, prepare_on_nodes
@@ -103,16 +105,18 @@ def _get_fail_fast(refs: list, until: Optional[float] = None) -> list:
 
 
 def _collect_what_is_left(actors: list, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The events of every actor that still answers (a config that timed out or failed)."""
+    """The events of every actor that still answers (a config that timed out or failed); a
+    worker process answers with a list, one export per worker it hosts."""
     import ray
     refs = [a.events.remote() for a in actors]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     out = []
     for ref in ready:
         try:
-            out.append(ray.get(ref))
+            got = ray.get(ref)
         except ray.exceptions.RayError:  # that actor is dead: its events are gone with it
-            pass
+            continue
+        out.extend(got if isinstance(got, list) else [got])
     return out
 
 
@@ -131,7 +135,10 @@ class ConfigOutcome:
     parameters: Optional[list[Any]] = None
     status: str = "ok"                        # ok, timed_out (past its deadline) or failed (an actor failed)
     prepared: dict[str, Any] = dataclasses.field(default_factory=dict)  # node -> what data preparation returned
-    train_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # actor -> CPU seconds in train
+    train_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # process -> CPU seconds in train
+    # Ray's own processes on the driver's node (testbed.runner.background): name -> CPU seconds in train
+    ray_background_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    worker_processes: list[list[int]] = dataclasses.field(default_factory=list)  # the workers each process hosts
     error: Optional[str] = None
     deadline_s: Optional[float] = None
 
@@ -145,7 +152,9 @@ class ConfigOutcome:
                                "lost_updates": [s.get("lost_updates", 0) for s in self.server_stats],
                                "server_restarts": [s.get("restarts", 0) for s in self.server_stats],
                                "actor_nodes": {a: n["node"] for a, n in self.nodes.items()},
-                               "deadline_s": self.deadline_s, "train_cpu_s": self.train_cpu_s}
+                               "deadline_s": self.deadline_s, "train_cpu_s": self.train_cpu_s,
+                               "ray_background_cpu_s": self.ray_background_cpu_s,
+                               "worker_processes": self.worker_processes}
         if self.error:
             out["error"] = self.error
         return out
@@ -199,29 +208,35 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
     driver_node = ray.get_runtime_context().get_node_id()
     rec = EventRecorder(run_id=run_id, config_id=cfg.config_id, repeat=repeat, actor="driver",
                         role=Role.DRIVER, node=driver_node)
-    plan = plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(alive_nodes()))
+    cluster = alive_nodes()
+    plan = plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(cluster))
     restart = _restartable(cfg)
     server_cls = ray.remote(ServerActor)
-    # Two threads: the driver can ask for a worker's events while it trains (a deadline).
-    worker_cls = ray.remote(WorkerActor)
+    host_cls = ray.remote(WorkerHost)
     # Each worker has at most one call in flight to the step clock (ssp only).
     clock_cls = ray.remote(ClockActor).options(num_cpus=0, max_concurrency=cfg.workers + 2)
     elements = cfg.gradient_elements
-    servers, workers, clocks, gate, prepared = [], [], [], None, {}
+    servers, hosts, clocks, gate, prepared = [], [], [], None, {}
     status, error, exports, stats, params, steps, identities = "ok", None, [], [], None, [], []
     train_cpu_s: dict[str, float] = {}
+    background_cpu_s: dict[str, float] = {}
     with reserve(plan) as slots:
         if cfg.workload.dataset_bytes > 0:
             prepare = prepare_data(cfg) if prepare_data is not None else _PrepareDataset(cfg)
             prepared = prepare_on_nodes(prepare, slots.worker_nodes(), shared=cfg.data.shared)
-        datasets = [_dataset_for(prepared, slots.worker_node(i)) for i in range(cfg.workers)]
+        # Virtual workers: the workers of a node shared out over a few processes (a small
+        # multiple of its cores, or workers_per_process each); a process starts in the bundle
+        # of its first worker, on the node every one of its workers was placed on.
+        groups = group_workers([slots.worker_node(i) for i in range(cfg.workers)],
+                               {n.node: n.cpus for n in cluster}, cfg.workers_per_process)
         until = time.monotonic() + deadline_s if deadline_s is not None else None
         try:
             with rec.timed(Phase.SETUP):
                 if cfg.workload.dataset_bytes > 0 and cfg.data.init_io is InitIO.SEQUENTIAL:
                     gate = remote_gate(list(range(cfg.workers)))
-                # Each worker has at most one call in flight to a shard (a push or a pull, possibly
-                # blocked at the sync barrier), so N threads plus a few for the driver's calls suffice.
+                # Each worker has at most one call in flight to a shard (a push, a pull or both in
+                # one, possibly blocked at the sync barrier), so N threads plus a few for the
+                # driver's calls suffice.
                 servers = [server_cls.options(max_concurrency=cfg.workers + 4, **restart,
                                               **slots.server_options(i)).remote(
                                shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
@@ -232,38 +247,50 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
                 clock = clocks[0] if clocks else None
-                workers = [worker_cls.options(max_concurrency=2, **restart, **slots.worker_options(i)).remote(
-                               cfg, i, servers, run_id, repeat, datasets[i], gate, clock, state)
-                           for i in range(cfg.workers)]
-                identities = _get_fail_fast([a.ready.remote() for a in servers + workers + clocks],
-                                            until)[:len(servers + workers)]
+                # Two threads: the driver can ask for the workers' events while they train (a deadline).
+                hosts = [host_cls.options(max_concurrency=2, **restart, **slots.worker_options(g[0])).remote(
+                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state)
+                         for g in groups]
+                identities = _get_fail_fast([a.ready.remote() for a in servers + hosts + clocks],
+                                            until)[:len(servers + hosts)]
                 if gate is not None:  # its process must be up before init is timed, too
                     _get_fail_fast([gate.done.remote()], until)
             with rec.timed(Phase.INIT):
-                _get_fail_fast([w.init.remote() for w in workers], until)
-            # CPU used by each actor during training (read outside the timed span): how much of
-            # the machine a step costs, and whether the cores were the limit.
-            cpu0 = _get_fail_fast([a.cpu_s.remote() for a in servers + workers], until)
+                _get_fail_fast([h.init.remote() for h in hosts], until)
+            # CPU used by each process during training (read outside the timed span): how much of
+            # the machine a step costs, and whether the cores were the limit; and what Ray's own
+            # processes on this node took meanwhile.
+            cpu0 = _get_fail_fast([a.cpu_s.remote() for a in servers + hosts], until)
+            session = session_name()
+            background = background_processes(session, [i["pid"] for i in identities]) if session else []
+            bg0 = cpu_snapshot(background)
             with rec.timed(Phase.TRAIN):
-                steps = _get_fail_fast([w.train.remote() for w in workers], until)
-            cpu1 = _get_fail_fast([a.cpu_s.remote() for a in servers + workers], until)
-            actors = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
+                per_host = _get_fail_fast([h.train.remote() for h in hosts], until)
+            bg1 = cpu_snapshot(background)
+            cpu1 = _get_fail_fast([a.cpu_s.remote() for a in servers + hosts], until)
+            background_cpu_s = cpu_between(bg0, bg1)
+            by_worker = {i: n for g, done in zip(groups, per_host) for i, n in zip(g, done)}
+            steps = [by_worker[i] for i in range(cfg.workers)]
+            processes = [f"server-{i}" for i in range(len(servers))] + [host_name(p, g) for p, g in enumerate(groups)]
             # A process restarted by a fault starts its CPU clock again: no figure for it.
-            train_cpu_s = {n: b - a for n, a, b in zip(actors, cpu0, cpu1) if b >= a}
-            exports = ray.get([a.events.remote() for a in servers + workers])
+            train_cpu_s = {n: b - a for n, a, b in zip(processes, cpu0, cpu1) if b >= a}
+            exports = ray.get([s.events.remote() for s in servers])
+            exports += [e for got in ray.get([h.events.remote() for h in hosts]) for e in got]
             stats = ray.get([s.stats.remote() for s in servers])
             params = ray.get([s.parameters.remote() for s in servers]) if keep_parameters else None
         except DeadlinePassed:
             status, error = "timed_out", f"stopped after its deadline of {deadline_s:g} s"
-            exports = _collect_what_is_left(servers + workers)
+            exports = _collect_what_is_left(servers + hosts)
         except ray.exceptions.RayError as err:
             status, error = "failed", " ".join(f"{type(err).__name__}: {err}".split())[:2000]
-            exports = _collect_what_is_left(servers + workers)
+            exports = _collect_what_is_left(servers + hosts)
         finally:
             # Actors go before their placement group is removed (leaving ``reserve``).
-            for actor in servers + workers + clocks + ([gate] if gate is not None else []):
+            for actor in servers + hosts + clocks + ([gate] if gate is not None else []):
                 ray.kill(actor, no_restart=True)
-    names = [f"server-{i}" for i in range(len(servers))] + [f"worker-{i}" for i in range(len(workers))]
+    nodes = {f"server-{i}": ident for i, ident in enumerate(identities[:len(servers)])}
+    for p, (g, ident) in enumerate(zip(groups, identities[len(servers):])):
+        nodes.update({f"worker-{i}": {**ident, "process": p} for i in g})
     if status == "ok":
         pushed = sum(steps)
         for st in stats:
@@ -271,9 +298,15 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 raise LostUpdates(f"{cfg.config_id}: shard {st['shard']} holds {st['updates']} updates, workers "
                                   f"pushed {pushed} and {st['lost_updates']} were lost with a crash")
     columns = events_to_columns([rec.export(), *exports])
-    return ConfigOutcome(cfg.config_id, repeat, columns, stats, steps, dict(zip(names, identities)), params,
+    return ConfigOutcome(cfg.config_id, repeat, columns, stats, steps, nodes, params,
                          status=status, prepared=prepared, error=error, deadline_s=deadline_s,
-                         train_cpu_s=train_cpu_s)
+                         train_cpu_s=train_cpu_s, ray_background_cpu_s=background_cpu_s,
+                         worker_processes=[list(g) for g in groups])
+
+
+def datasets_for(prepared: dict[str, Any], slots: Any, group: list[int]) -> Optional[DatasetInfo]:
+    """The data set the workers of one process read: their node's (they share a node)."""
+    return _dataset_for(prepared, slots.worker_node(group[0]))
 
 
 def _dataset_for(prepared: dict[str, Any], node: str) -> Optional[DatasetInfo]:

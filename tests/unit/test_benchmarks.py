@@ -140,3 +140,18 @@ def test_a_copy_outside_a_checkout_refuses_to_update_the_repository_results(monk
     monkeypatch.setattr(bench_main, "repo_results_dir", lambda: None)
     assert main(["--update-repo-results"]) == 2
     assert "--out DIR" in capsys.readouterr().err
+
+
+def test_capacity_takes_the_largest_n_at_each_threshold():
+    from testbed.bench.capacity import largest_at
+    ratios = {16: 0.98, 32: 0.95, 64: 0.91, 128: 0.82, 192: 0.55, 256: float("nan")}
+    assert largest_at(ratios, 0.9) == 64 and largest_at(ratios, 0.8) == 128 and largest_at(ratios, 0.99) == 0
+
+
+def test_new_figures_are_registered_and_the_peer_has_both_points():
+    from testbed.bench import peer
+    assert {"capacity", "setup", "peer"} <= set(FIGURES)
+    assert set(peer.CASES) == {"8x16MiB", "32x64KiB"}
+    worker = peer.DocsPeerWorker(0, 16, 0.0)
+    first = worker.compute_gradients(None)
+    assert worker.compute_gradients(None) is first  # computed once, returned every step

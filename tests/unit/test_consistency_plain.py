@@ -42,15 +42,16 @@ def run_threads(workers):
 
 
 class CapturingClient(LocalServerClient):
-    """Calls the shards directly and keeps a copy of every ``pull_at`` result."""
+    """Calls the shards directly and keeps a copy of every pull of a version (the sync pull
+    travels with the push: ``push_pull_at``)."""
 
     def __init__(self, servers):
         super().__init__(servers)
         self.pulls = []
 
-    def pull_at(self, version):
-        out = super().pull_at(version)
-        self.pulls.append((version, np.concatenate([p for _, p, _ in out]).copy()))
+    def push_pull_at(self, slices, worker, step, versions, version):
+        out = super().push_pull_at(slices, worker, step, versions, version)
+        self.pulls.append((version, np.concatenate([p for _, p, _, _ in out]).copy()))
         return out
 
 
