@@ -236,15 +236,16 @@ def _check_values(base: dict[str, Any], dim: Dimension, source: str) -> None:
                             ) from None
 
 
-def parse_space(data: Any, source: str = "space") -> Space:
-    """Validate a space given as plain data (a parsed YAML mapping with a ``space:`` part)."""
+def parse_space(data: Any, source: str = "space", overrides: list[str] | None = None) -> Space:
+    """Validate a space given as plain data (a parsed YAML mapping with a ``space:`` part);
+    ``overrides`` (``key=value``, as ``--set``) apply to the base part."""
     if not isinstance(data, dict) or not isinstance(data.get("space"), dict) or not data["space"]:
         raise UserError(f"{source}: a space file is a spec with a non-empty `space:` mapping of dotted fields to "
                         f"dimensions ({KIND_HELP})")
     rest = {k: v for k, v in data.items() if k != "space"}
     if rest.get("sweep"):
         raise UserError(f"{source}: sweep: a space file declares ranges under space:, not lists under sweep:")
-    base = parse_spec(rest, source=source)
+    base = parse_spec(rest, source=source, overrides=overrides)
     base_fields = base.config_fields()
     dims: list[Dimension] = []
     for path, raw in data["space"].items():
@@ -262,7 +263,7 @@ def parse_space(data: Any, source: str = "space") -> Space:
     return Space(source=source, base=base, dimensions=tuple(dims))
 
 
-def load_space(path: str | Path) -> Space:
+def load_space(path: str | Path, overrides: list[str] | None = None) -> Space:
     """Read and validate a space file."""
     path = Path(path)
     try:
@@ -271,7 +272,7 @@ def load_space(path: str | Path) -> Space:
         raise UserError(f"{path}: no such space file; experiments/validation_space.yaml is an example") from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}") from None
-    return parse_space(data, source=str(path))
+    return parse_space(data, source=str(path), overrides=overrides)
 
 
 def is_space_file(path: str | Path) -> bool:
