@@ -196,3 +196,20 @@ def test_draws_are_independent_across_dimensions(space):
     s = np.array([c.compute.seconds for c in configs])
     rank = lambda x: np.argsort(np.argsort(x))  # noqa: E731
     assert abs(np.corrcoef(rank(g), rank(s))[0, 1]) < 0.9
+
+
+def test_validate_refuses_a_space_without_sample_and_sample_options_without_a_space(space, tmp_path):
+    from testbed.cli import main
+    assert main(["validate", space.source]) == 2  # a space file needs --sample K
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nworkload: {steps: 2}\n")
+    assert main(["validate", str(spec), "--seed", "3"]) == 2
+    assert main(["validate", str(spec), "--noise", "1"]) == 2
+    assert main(["validate", space.source, "--sample", "3", "--seed", "-4"]) == 2
+    assert main(["validate", space.source, "--sample", "3", "--set", "workload.steps=0"]) == 2
+
+
+def test_validate_space_refuses_more_noise_configs_than_draws(space):
+    from testbed.cli.validate import validate_space
+    with pytest.raises(UserError, match="--noise 5"):
+        validate_space(space, 3, seed=1, noise=5)
