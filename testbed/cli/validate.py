@@ -183,10 +183,10 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
         space = None
     else:
         space = load_space(spec, overrides=set_)
-        seed = date_seed() if seed is None else seed
         experiment = space.base
-        out_console.print(f"drawing {sample_k} configs from {spec} with seed {seed}"
-                          f"{' (the date)' if seed == date_seed() else ''}")
+        # seed stays None when not given, so that the manifest says it came from the date
+        out_console.print(f"drawing {sample_k} configs from {spec} with seed "
+                          f"{f'{date_seed()} (the date, UTC)' if seed is None else seed}")
     with progress_bar() as bar:
         task = bar.add_task(experiment.name, total=None)
 

@@ -213,3 +213,31 @@ def test_validate_space_refuses_more_noise_configs_than_draws(space):
     from testbed.cli.validate import validate_space
     with pytest.raises(UserError, match="--noise 5"):
         validate_space(space, 3, seed=1, noise=5)
+
+
+def test_without_a_seed_the_draw_is_seeded_by_the_date_and_says_so(space, monkeypatch):
+    from testbed.cli import validate as cli
+    seen = {}
+
+    def fake_validate(spec, *, plan, manifest_extra, **options):
+        seen.update(spec=spec, plan=plan, record=manifest_extra["sample"])
+        raise KeyboardInterrupt  # stop before anything runs
+    monkeypatch.setattr(cli, "validate", fake_validate)
+    with pytest.raises(KeyboardInterrupt):
+        cli.validate_space(space, 4, noise=2)
+    record = seen["record"]
+    assert record["seed"] == cli.date_seed() and record["seed_source"] == "the date, UTC"
+    assert str(record["seed"]) in seen["spec"].description
+    drawn = sample(space, 4, record["seed"])
+    # the first two configs 5 times back to back, the others once, in draw order
+    assert [(c.config_id, r) for c, r in seen["plan"]] == \
+        [(drawn[0].config_id, r) for r in range(5)] + [(drawn[1].config_id, r) for r in range(5)] + \
+        [(drawn[2].config_id, 0), (drawn[3].config_id, 0)]
+    assert record["noise_config_ids"] == [drawn[0].config_id, drawn[1].config_id]
+    # the command passes no seed on when none is given, so the record says where it came from
+    calls = {}
+    monkeypatch.setattr(cli, "validate_space", lambda space, k, **kw: calls.update(kw) or (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    from testbed.cli import main
+    assert main(["validate", space.source, "--sample", "2"]) == 130
+    assert calls["seed"] is None
