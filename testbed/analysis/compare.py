@@ -3,8 +3,10 @@
 Pure pandas/numpy over a run's summary and the model's predictions (no Ray, no files).
 
 Terms:
-- *compared phase*: ``init``, ``train``, ``total`` (the driver's spans) and the per-step
-  phases ``read``, ``compute``, ``push``, ``pull``, ``queue``, ``apply`` (event means).
+- *compared phase*: ``init``, ``train`` (the driver's spans), ``job`` (init + train: the
+  emulated job) and the per-step phases ``read``, ``compute``, ``push``, ``pull``,
+  ``queue``, ``apply`` (event means). Actor start-up (``setup``) is the testbed's own
+  overhead: shown beside the job, never counted as a model error.
 - *signed relative error*: ``(predicted - measured) / measured``; positive means the model
   predicted more time than was measured.
 - *group*: the configs of a run that differ only in their worker count (the sweep values
@@ -28,15 +30,17 @@ from testbed.model import ModelFamily
 from testbed.model.profile import HardwareProfile
 from testbed.model.sweep import predict_configs
 
-__all__ = ["COMPARED_PHASES", "measured_column", "predict_run", "add_predictions", "error_table",
-           "group_label", "sparse_knee", "knee_table", "curve_predictions", "MODELS"]
+__all__ = ["COMPARED_PHASES", "SPAN_PHASES", "measured_column", "predict_run", "add_predictions", "error_table",
+           "group_label", "sparse_knee", "knee_table", "curve_predictions", "MODELS", "ERROR_COLUMNS",
+           "noise_spread", "distribution_table", "missed_term", "worst_configs"]
 
-COMPARED_PHASES = ("init", "train", "total", "read", "compute", "push", "pull", "queue", "apply")
+COMPARED_PHASES = ("init", "train", "job", "read", "compute", "push", "pull", "queue", "apply")
+SPAN_PHASES = ("init", "train", "job")
 MODELS = tuple(m.value for m in ModelFamily)
 
 
 def measured_column(phase: str) -> str:
-    return f"{phase}_s" if phase in ("init", "train", "total") else f"{phase}_mean_s"
+    return f"{phase}_s" if phase in SPAN_PHASES + ("setup", "total") else f"{phase}_mean_s"
 
 
 def predict_run(configs: Sequence[RunConfig], profile: HardwareProfile,
@@ -64,21 +68,101 @@ def add_predictions(summary: pd.DataFrame, predictions: pd.DataFrame) -> pd.Data
     return out
 
 
+ERROR_COLUMNS = ["model", "phase", "n", "median_abs_err", "p90_abs_err", "max_abs_err", "median_signed_err"]
+
+
 def error_table(compared: pd.DataFrame, models: Iterable[str] = MODELS,
                 phases: Iterable[str] = COMPARED_PHASES) -> pd.DataFrame:
-    """Median and maximum absolute relative error per family and phase (over configs and repeats)."""
+    """The distribution of the absolute relative error per family and phase (over configs and
+    repeats): its median, 90th percentile (linear interpolation, numpy's default) and maximum,
+    with the count, and the median signed error (the bias: positive, the model predicts too long)."""
     rows = []
     for model in models:
         for phase in phases:
             col = f"{phase}_err_{model}"
             if col not in compared:
                 continue
-            err = compared[col].abs().dropna()
+            signed = compared[col].dropna()
+            err = signed.abs()
             if not len(err):
                 continue
             rows.append({"model": model, "phase": phase, "n": len(err), "median_abs_err": float(err.median()),
-                         "max_abs_err": float(err.max())})
-    return pd.DataFrame(rows, columns=["model", "phase", "n", "median_abs_err", "max_abs_err"])
+                         "p90_abs_err": float(np.percentile(err, 90)), "max_abs_err": float(err.max()),
+                         "median_signed_err": float(signed.median())})
+    return pd.DataFrame(rows, columns=ERROR_COLUMNS)
+
+
+def noise_spread(compared: pd.DataFrame, config_ids: Iterable[str],
+                 phases: Iterable[str] = COMPARED_PHASES) -> dict[str, float]:
+    """The noise floor: per phase, the median over ``config_ids`` of the spread of that config's
+    repeats, (max - min) / mean of the measured time (configs with fewer than 2 repeats skipped)."""
+    ids = set(config_ids)
+    out = {}
+    for phase in phases:
+        col = measured_column(phase)
+        spreads = []
+        for _, sub in compared[compared["config_id"].isin(ids)].groupby("config_id"):
+            x = sub[col].astype(float).dropna()
+            if len(x) >= 2 and x.mean() > 0:
+                spreads.append(float((x.max() - x.min()) / x.mean()))
+        out[phase] = float(np.median(spreads)) if spreads else float("nan")
+    return out
+
+
+def distribution_table(compared: pd.DataFrame, models: Iterable[str] = MODELS,
+                       phases: Iterable[str] = COMPARED_PHASES, noise: dict[str, float] | None = None) -> pd.DataFrame:
+    """``error_table`` over each config's first repeat (configs repeated for the noise floor
+    count once), with the noise floor's spread per phase beside it (NaN without one)."""
+    first = compared[compared["repeat"] == compared.groupby("config_id")["repeat"].transform("min")]
+    table = error_table(first, models, phases)
+    table["noise_spread"] = table["phase"].map(noise or {}).astype(float)
+    return table
+
+
+# The terms of a job's error: init once; per step, each worker phase (a pull every k steps;
+# the barrier under sync, which no family predicts as its own phase, so all of it is missed).
+_STEP_TERMS = ("read", "compute", "push", "pull", "barrier")
+
+
+def missed_term(row: pd.Series, model: str) -> tuple[str, float]:
+    """The term whose predicted-minus-measured time contributes most to the job's error, and
+    that contribution in seconds: init, or steps x the per-step difference of a phase."""
+    contributions = {"init": row.get(f"init_s_pred_{model}", np.nan) - row["init_s"]}
+    steps = float(row["steps"])
+    for phase in _STEP_TERMS:
+        measured = row.get(f"{phase}_mean_s", np.nan)
+        measured = 0.0 if measured != measured else float(measured)
+        if phase == "barrier":
+            if row.get("sync") != "sync":
+                continue
+            predicted = 0.0
+        else:
+            predicted = row.get(f"{phase}_s_pred_{model}", np.nan)
+            predicted = 0.0 if predicted != predicted else float(predicted)
+        per_step = 1.0 / float(row["pull_every"]) if phase == "pull" else 1.0
+        contributions[phase] = steps * per_step * (predicted - measured)
+    contributions = {k: v for k, v in contributions.items() if v == v}
+    if not contributions:
+        return "-", float("nan")
+    term = max(contributions, key=lambda k: abs(contributions[k]))
+    return term, float(contributions[term])
+
+
+def worst_configs(compared: pd.DataFrame, model: str, n: int = 5, key_columns: Sequence[str] = ()) -> pd.DataFrame:
+    """The n configs (first repeat) with the largest absolute job error for ``model``: their key
+    fields, measured and predicted job time, the error, the binding resource and the missed term."""
+    col = f"job_err_{model}"
+    first = compared[compared["repeat"] == compared.groupby("config_id")["repeat"].transform("min")]
+    if col not in first:
+        return pd.DataFrame()
+    top = first.assign(_abs=first[col].abs()).dropna(subset=["_abs"]).nlargest(n, "_abs")
+    rows = []
+    for _, row in top.iterrows():
+        term, seconds = missed_term(row, model)
+        rows.append({"config_id": row["config_id"], **{k: row[k] for k in key_columns if k in row},
+                     "job_s": row["job_s"], "job_s_pred": row[f"job_s_pred_{model}"], "job_err": row[col],
+                     "bound": row.get(f"bound_{model}"), "missed_term": term, "missed_s": seconds})
+    return pd.DataFrame(rows)
 
 
 def group_label(sweep_values: dict[str, Any]) -> str:
@@ -122,12 +206,12 @@ def knee_table(compared: pd.DataFrame, configs: Sequence[dict[str, Any]],
         grid = [int(n) for n in sub["workers"]]
         job = sub["workers"] * sub["steps"]
         measured = {"train": sparse_knee(grid, sub["steps_per_s"].tolist()),
-                    "job": sparse_knee(grid, (job / sub["total_s"]).tolist())}
+                    "job": sparse_knee(grid, (job / sub["job_s"]).tolist())}
         for model in models:
             if f"train_s_pred_{model}" not in sub:
                 continue
             pred_train = job / sub[f"train_s_pred_{model}"]
-            pred_job = job / sub[f"total_s_pred_{model}"]
+            pred_job = job / sub[f"job_s_pred_{model}"]
             predicted = {"train": sparse_knee(grid, pred_train.tolist()), "job": sparse_knee(grid, pred_job.tolist())}
             for kind in ("train", "job"):
                 rows.append({"group": label, "model": model, "knee_of": kind, "grid": json.dumps(grid),

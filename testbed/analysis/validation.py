@@ -9,6 +9,7 @@ regenerates the same tables from the folder alone.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -17,9 +18,11 @@ from testbed.analysis.compare import (
     MODELS,
     add_predictions,
     curve_predictions,
+    distribution_table,
     error_table,
     group_label,
     knee_table,
+    noise_spread,
     predict_run,
 )
 from testbed.config.spec import RunConfig
@@ -37,6 +40,8 @@ class Comparison:
     knees: pd.DataFrame        # measured vs predicted knee per group and family
     curves: pd.DataFrame       # predictions at every worker count, for plots
     profile: HardwareProfile
+    distribution: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # error distribution, + noise
+    sample: Optional[dict] = None  # the manifest's record of a sampled run (space, k, seed, noise), else None
 
 
 def _configs(folder: RunFolder) -> list[RunConfig]:
@@ -48,13 +53,18 @@ def compare_run(folder: RunFolder, profile: HardwareProfile, models=MODELS) -> C
     statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
     summary = summarize(folder.events(), folder.manifest["configs"], statuses,
                         finished=folder.manifest.get("finished", []))
-    labels = {c.config_id: group_label(c.sweep_values) for c in configs}
+    sample = folder.manifest.get("sample")
+    # A sampled run's configs differ in every field: one group (the draw), and no curves
+    # over workers (each would be a different job).
+    labels = {c.config_id: "draw" if sample else group_label(c.sweep_values) for c in configs}
     summary.insert(2, "group", summary["config_id"].map(labels))
     predictions = predict_run(configs, profile, models)
     compared = add_predictions(summary, predictions)
+    noise = noise_spread(compared, sample.get("noise_config_ids", [])) if sample else None
     return Comparison(compared=compared, predictions=predictions, errors=error_table(compared, models),
                       knees=knee_table(compared, folder.manifest["configs"], models),
-                      curves=curve_predictions(configs, profile, models), profile=profile)
+                      curves=pd.DataFrame() if sample else curve_predictions(configs, profile, models),
+                      profile=profile, distribution=distribution_table(compared, models, noise=noise), sample=sample)
 
 
 def init_fit(compared: pd.DataFrame) -> pd.DataFrame:

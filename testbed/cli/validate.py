@@ -3,26 +3,39 @@ model family, compare, and write the report, all into one run folder.
 
 The profile used is saved in the folder (``profile.json``) so that ``testbed report``
 can regenerate every table and plot from the folder alone.
+
+``testbed validate SPACE --sample K`` draws K configs from a validation space
+(``testbed.config.space``) and validates them like a spec's; the seed defaults to today's
+date (UTC, YYYYMMDD), is printed, and is recorded in the manifest (``sample``) with the
+space itself, so the draw can be re-made. ``--noise N`` runs the first N drawn configs
+``NOISE_REPEATS`` times back to back, for the noise floor beside the errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from testbed.calibration.calibrate import calibrate
 from testbed.cli.app import app
 from testbed.cli.common import LARGE_SWEEP_HELP, check_sweep, out_console, parse_interval, progress_bar, summary_table
+from testbed.config.errors import UserError
+from testbed.config.space import Space, sample, sampled_spec
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
 from testbed.model.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.records.events import DEFAULT_INTERVAL_S
 from testbed.records.rundir import PROFILE_FILE, RunFolder
 from testbed.runner.run import run_experiment
 
-__all__ = ["validate", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s"]
+__all__ = ["validate", "validate_space", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s",
+           "date_seed", "NOISE_REPEATS"]
+
+# How often each noise-floor config runs, back to back.
+NOISE_REPEATS = 5
 
 # Concurrent readers at which the data set's own reads are measured.
 READERS = (1, 2, 4, 8, 16)
@@ -77,12 +90,16 @@ def with_dataset_reads(profile: HardwareProfile, cfg: RunConfig, address: Option
 def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optional[str] = None,
              profile_path: Optional[Path] = None, recalibrate: bool = False,
              progress: Optional[Callable[[str, int, int], None]] = None,
-             monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S, quick_calibration: bool = False) -> RunFolder:
+             monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S, quick_calibration: bool = False,
+             plan: Optional[list[tuple[RunConfig, int]]] = None,
+             manifest_extra: Optional[dict[str, Any]] = None) -> RunFolder:
     """Run ``spec`` and compare it with every model family; returns the run folder.
 
-    ``quick_calibration``: fewer repetitions when a profile must be measured (smoke tests)."""
+    ``quick_calibration``: fewer repetitions when a profile must be measured (smoke tests).
+    ``plan``: the (config, repeat) pairs to run instead of the spec's sweep (a draw);
+    ``manifest_extra``: more fields for the manifest."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
-    configs = expand(spec)
+    configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if profile_path is not None:
         profile: HardwareProfile = load_profile(profile_path)
         import socket
@@ -102,15 +119,42 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
         profile = with_dataset_reads(profile, max(configs, key=lambda c: c.workload.dataset_bytes), address)
     from testbed.runner.deadlines import default_deadlines
     folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
-                            deadlines=default_deadlines(configs, profile))
+                            deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra)
     save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report.writer import write_report
     write_report(folder.path)
     return folder
 
 
+def date_seed(today: Optional[_dt.date] = None) -> int:
+    """Today's date (UTC) as the integer YYYYMMDD: the seed nobody chooses."""
+    today = today or _dt.datetime.now(_dt.timezone.utc).date()
+    return today.year * 10000 + today.month * 100 + today.day
+
+
+def validate_space(space: Space, k: int, *, seed: Optional[int] = None, noise: int = 0,
+                   **options: Any) -> RunFolder:
+    """Draw ``k`` configs from ``space`` (seed: today's date when None), run and compare them
+    like a spec's (``options`` as ``validate``'s); the first ``noise`` configs run
+    ``NOISE_REPEATS`` times back to back. The manifest's ``sample`` records the draw."""
+    seed_source = "given" if seed is not None else "the date, UTC"
+    seed = date_seed() if seed is None else seed
+    if not 0 <= noise <= k:
+        raise UserError(f"--noise {noise}: repeat between 0 and --sample ({k}) of the drawn configs")
+    configs = sample(space, k, seed)
+    plan = [(c, r) for i, c in enumerate(configs) for r in range(NOISE_REPEATS if i < noise else 1)]
+    import yaml
+    try:
+        space_data = yaml.safe_load(Path(space.source).read_text())
+    except OSError:
+        space_data = None
+    record = {"space": space.source, "space_data": space_data, "k": k, "seed": seed, "seed_source": seed_source,
+              "noise_repeats": NOISE_REPEATS, "noise_config_ids": [c.config_id for c in configs[:noise]]}
+    return validate(sampled_spec(space, k, seed), plan=plan, manifest_extra={"sample": record}, **options)
+
+
 @app.command("validate")
-def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
+def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAML), or a validation space with --sample"),
              out: Optional[Path] = typer.Option(None, "--out", help="run folder (default: results/<name>-<time>)"),
              address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to use: 'auto' or HOST:PORT"),
              profile: Optional[Path] = typer.Option(None, "--profile", help="use this profile instead of calibrating"),
@@ -118,28 +162,68 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
              monitor_interval: str = typer.Option("200ms", "--monitor-interval",
                                                   help="node monitors' sampling interval ('0' turns them off)"),
+             sample_k: Optional[int] = typer.Option(None, "--sample", help="SPEC is a validation space: draw this "
+                                                    "many configs from it"),
+             seed: Optional[int] = typer.Option(None, "--seed", help="the draw's seed (default: today's date, "
+                                                "YYYYMMDD, UTC; never choose one to look good)"),
+             noise: int = typer.Option(0, "--noise", help="run the first N drawn configs 5 times back to back "
+                                       "(the noise floor)"),
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP)) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
+    from testbed.config.space import is_space_file, load_space
     from testbed.config.spec import load_spec
 
     interval_s = parse_interval(monitor_interval)
-    experiment = load_spec(spec, overrides=set_)
-    check_sweep(experiment, large_sweep)
+    if sample_k is None:
+        if seed is not None or noise:
+            raise UserError("--seed and --noise go with --sample K (a draw from a validation space)")
+        if is_space_file(spec):
+            raise UserError(f"{spec} is a validation space (it has a space: part): draw from it with --sample K, "
+                            f"e.g. testbed validate {spec} --sample 24")
+        experiment = load_spec(spec, overrides=set_)
+        check_sweep(experiment, large_sweep)
+        space = None
+    else:
+        space = load_space(spec, overrides=set_)
+        experiment = space.base
+        # seed stays None when not given, so that the manifest says it came from the date
+        out_console.print(f"drawing {sample_k} configs from {spec} with seed "
+                          f"{f'{date_seed()} (the date, UTC)' if seed is None else seed}")
     with progress_bar() as bar:
         task = bar.add_task(experiment.name, total=None)
 
         def progress(label: str, done: int, total: int) -> None:
             bar.update(task, description=label, completed=done, total=total or None)
 
-        folder = validate(experiment, out=out, address=address, profile_path=profile,
-                                recalibrate=recalibrate, progress=progress, monitor_interval_s=interval_s)
+        options = dict(out=out, address=address, profile_path=profile, recalibrate=recalibrate, progress=progress,
+                       monitor_interval_s=interval_s)
+        if space is None:
+            folder = validate(experiment, **options)
+        else:
+            folder = validate_space(space, sample_k, seed=seed, noise=noise, **options)
     out_console.print(summary_table(folder.summary()))
-    errors = folder.path / "errors.csv"
-    if errors.is_file():
-        import pandas as pd
-        frame = pd.read_csv(errors)
-        frame = frame[frame["phase"].isin(["init", "train", "total"])]
-        for _, row in frame.iterrows():
-            out_console.print(f"{row['model']:>9} {row['phase']:>5}: median |error| {row['median_abs_err']:.1%}, "
-                              f"max {row['max_abs_err']:.1%}")
+    _print_errors(folder)
     out_console.print(f"results: {folder.path} (report: {folder.path / 'report.md'})")
+
+
+def _print_errors(folder: RunFolder) -> None:
+    """The job's errors per family (init, train, job), and the testbed's own start-up beside them."""
+    import pandas as pd
+    summary = folder.summary()
+    if len(summary) and "setup_s" in summary:
+        out_console.print(f"actor start-up (the testbed's overhead, not a model error): median "
+                          f"{summary['setup_s'].median():.3f} s, max {summary['setup_s'].max():.3f} s")
+    name = "distribution.csv" if (folder.path / "distribution.csv").is_file() else "errors.csv"
+    if not (folder.path / name).is_file():
+        return
+    frame = pd.read_csv(folder.path / name)
+    frame = frame[frame["phase"].isin(["init", "train", "job"])]
+    for _, row in frame.iterrows():
+        noise = row.get("noise_spread")
+        floor = f", noise {noise:.1%}" if noise == noise and noise is not None else ""
+        out_console.print(f"{row['model']:>9} {row['phase']:>5}: |error| median {row['median_abs_err']:.1%}, "
+                          f"p90 {row['p90_abs_err']:.1%}, max {row['max_abs_err']:.1%} (n={row['n']}){floor}")
+    sample_ = folder.manifest.get("sample")
+    if sample_:
+        out_console.print(f"draw: {sample_['k']} configs from {sample_['space']}, seed {sample_['seed']} "
+                          f"({sample_['seed_source']})")

@@ -2,7 +2,7 @@
 
 ``predict(config, profile, family)`` is the model's entry point; ``predict_all`` runs
 the families side by side. The field names match the measured summary's columns
-(``init_s``, ``train_s``, ``total_s``, ``steps_per_s``, ``<phase>_mean_s``), so a
+(``init_s``, ``train_s``, ``job_s``, ``total_s``, ``steps_per_s``, ``<phase>_mean_s``), so a
 prediction and a measurement compare column by column. Pure: numpy and the standard library.
 """
 
@@ -33,7 +33,9 @@ class Prediction:
 
     Phase times (``read_s`` ... ``apply_s``) are the mean duration of one event of that
     phase, as measured summaries report ``<phase>_mean_s``; ``step_s`` is one worker's
-    step (a pull every ``pull_every`` steps). ``knee_workers`` is the marginal knee of the
+    step (a pull every ``pull_every`` steps). ``job_s = init_s + train_s`` is the emulated
+    job, what the model is judged on; ``total_s`` adds the testbed's own actor start-up
+    (``setup_s``), for deadlines and compatibility. ``knee_workers`` is the marginal knee of the
     whole job's rate (work per second of setup + init + train), ``knee_train_workers``
     that of the train phase alone; both None when no knee lies within ``knee_search_max``
     workers (or, for the initial family, ever). ``knee_asymptotic`` is N* (None when the
@@ -71,6 +73,11 @@ class Prediction:
                 raise ValueError(f"prediction {name} must be finite and >= 0, got {value}")
 
     @property
+    def job_s(self) -> float:
+        """The emulated job: init + train (derived, so it can't disagree with them)."""
+        return self.init_s + self.train_s
+
+    @property
     def phases(self) -> dict[str, float]:
         """Per-event phase means, keyed by phase name (read, compute, push, pull, queue, apply)."""
         return {p: getattr(self, f"{p}_s") for p in PHASES}
@@ -80,7 +87,8 @@ class Prediction:
         row: dict[str, Any] = {
             "config_id": self.config_id, "model": self.model.value, "workers": self.workers,
             "servers": self.servers, "steps": self.steps, "setup_s": self.setup_s if self.setup_modelled else None,
-            "init_s": self.init_s, "train_s": self.train_s, "total_s": self.total_s, "step_s": self.step_s,
+            "init_s": self.init_s, "train_s": self.train_s, "job_s": self.job_s, "total_s": self.total_s,
+            "step_s": self.step_s,
             "steps_per_s": self.steps_per_s,
         }
         row.update({f"{p}_mean_s": v for p, v in self.phases.items()})

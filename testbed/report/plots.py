@@ -49,7 +49,7 @@ def _groups(compared: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
 
 def phase_vs_workers(compared: pd.DataFrame, curves: Optional[pd.DataFrame], phase: str,
                      models: Iterable[str] = MODELS) -> Figure:
-    """A phase's time (init, train or total) against workers: measured mean with its spread
+    """A phase's time (init, train or job) against workers: measured mean with its spread
     over repeats, and each family's predicted curve."""
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.subplots()
@@ -117,12 +117,12 @@ def phase_breakdown(compared: pd.DataFrame) -> Figure:
 
 
 def measured_vs_predicted(compared: pd.DataFrame, models: Iterable[str] = MODELS,
-                          phases: Iterable[str] = ("init", "train", "total")) -> Figure:
+                          phases: Iterable[str] = ("init", "train", "job")) -> Figure:
     """Each config's measured time against each family's prediction, log-log, with y = x."""
     fig = Figure(figsize=(5.2, 5.2))
     ax = fig.subplots()
     lo, hi = np.inf, 0.0
-    markers = {"init": "s", "train": "o", "total": "^"}
+    markers = {"init": "s", "train": "o", "job": "^"}
     for k, model in enumerate(models):
         for phase in phases:
             pred = f"{phase}_s_pred_{model}"

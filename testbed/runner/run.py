@@ -341,23 +341,31 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                    progress: Optional[Callable[[str, int, int], None]] = None,
                    monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S,
                    prepare_data: Optional[PrepareData] = None, resume: Optional[Path] = None,
-                   deadlines: Optional[dict[str, float]] = None) -> RunFolder:
+                   deadlines: Optional[dict[str, float]] = None,
+                   plan: Optional[list[tuple[RunConfig, int]]] = None,
+                   manifest_extra: Optional[dict[str, Any]] = None) -> RunFolder:
     """Run every config x repeat of ``spec`` and write a run folder; returns it.
 
     ``progress(label, done, total)`` is called before each config repeat and at the end.
     ``monitor_interval_s`` is the node monitors' sampling interval (None: no monitors).
     ``resume``: a run folder of the same spec; only the config repeats it lacks are run, into
     it, under its run id. ``deadlines``: config id -> seconds, for configs that set none.
+    ``plan``: the (config, repeat) pairs to run, in order, instead of the spec's sweep x repeats
+    (a draw from a validation space); ``manifest_extra``: more fields for the new manifest.
     """
-    configs = expand(spec)
+    configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if monitor_interval_s is not None and monitor_interval_s <= 0:
         raise UserError(f"the monitor interval must be > 0 s (or None: no monitors), got {monitor_interval_s}")
     address = resolve_address(address)  # --address, else RAY_ADDRESS (Ray's convention), else local Ray
     if address:
         check_address(address)  # before a run folder exists: nothing to clean up
     previous = open_for_resume(Path(resume), spec) if resume is not None else None
+    if previous is not None and previous.manifest.get("sample"):
+        s = previous.manifest["sample"]
+        raise UserError(f"{resume}: a draw from a validation space is not resumed; re-make it with "
+                        f"`testbed validate {s['space']} --sample {s['k']} --seed {s['seed']}`")
     todo = missing_runs(previous.manifest, configs, spec.repeats) if previous else \
-        [(c, r) for c in configs for r in range(spec.repeats)]
+        list(plan) if plan else [(c, r) for c in configs for r in range(spec.repeats)]
     pending = list({c.config_id: c for c, _ in todo}.values())
     check_memory(pending, psutil.virtual_memory().available, repeats=spec.repeats)
     for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
@@ -374,7 +382,7 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                 progress(f"preparing the data set ({cfg.workload.dataset_bytes} bytes)", 0, 0)
             datasets[key] = prepare_locally(cfg)
     local = [d for d in datasets.values() if d is not None]
-    total = len(configs) * spec.repeats
+    total = len(todo) if plan else len(configs) * spec.repeats
     if previous is not None:
         folder = previous
         run_id = folder.manifest["run_id"]
@@ -390,7 +398,7 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
             extra={"monitor_interval_s": monitor_interval_s,
                    "cache_bypass": all(d.cache_bypass for d in local) if local else None,
                    "data": [{"directory": d.directory, "fs_type": d.fs_type, "cache_bypass": d.cache_bypass,
-                             "bytes": d.total_bytes} for d in local]})
+                             "bytes": d.total_bytes} for d in local], **(manifest_extra or {})})
     store = max(object_store_bytes_needed(c) for c in pending) * 2
     try:
         with ray_session(address, object_store_bytes=store):

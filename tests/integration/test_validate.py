@@ -87,7 +87,7 @@ def test_summary_has_every_prediction_and_error_column(validated):
         for phase in COMPARED_PHASES:
             assert f"{phase}_s_pred_{model}" in summary.columns
             assert f"{phase}_err_{model}" in summary.columns
-        for phase in ("init", "train", "total"):
+        for phase in ("init", "train", "job"):
             pred, err = summary[f"{phase}_s_pred_{model}"], summary[f"{phase}_err_{model}"]
             assert (pred > 0).all(), (model, phase)
             measured = summary[f"{phase}_s"]
@@ -107,7 +107,7 @@ def test_report_states_the_comparison(validated):
         assert section in text, section
     errors = pd.read_csv(validated.path / "errors.csv")
     assert set(errors["model"]) == set(MODELS)
-    assert {"init", "train", "total"} <= set(errors["phase"])
+    assert {"init", "train", "job"} <= set(errors["phase"])
 
 
 def test_report_regenerates_the_same_tables_from_the_folder_alone(validated):

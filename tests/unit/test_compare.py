@@ -11,7 +11,7 @@ import pytest
 
 from testbed.analysis.compare import COMPARED_PHASES, add_predictions, error_table, knee_table, measured_column
 
-MEASURED = {"init": 2.0, "train": 10.0, "total": 12.0, "read": float("nan"), "compute": 0.01, "push": 0.002,
+MEASURED = {"init": 2.0, "train": 10.0, "job": 12.0, "read": float("nan"), "compute": 0.01, "push": 0.002,
             "pull": 0.0, "queue": 0.001, "apply": 0.004}
 
 
@@ -56,12 +56,15 @@ def test_error_table_takes_median_and_max_of_absolute_errors_without_the_missing
                              "train_err_queueing": [-0.05, 0.05, 0.05, 0.05],
                              "init_err_updated": [float("nan")] * 4})
     table = error_table(compared, models=("queueing", "updated", "initial"), phases=("init", "train", "read"))
-    assert list(table.columns) == ["model", "phase", "n", "median_abs_err", "max_abs_err"]
+    assert list(table.columns) == ["model", "phase", "n", "median_abs_err", "p90_abs_err", "max_abs_err",
+                                   "median_signed_err"]
     # updated has no finite error and initial no column, read no column: no rows for them
     assert [tuple(r) for r in table[["model", "phase", "n"]].itertuples(index=False)] == [
         ("queueing", "init", 3), ("queueing", "train", 4)]
     init, train = table.iloc[0], table.iloc[1]
     assert init["median_abs_err"] == pytest.approx(0.2) and init["max_abs_err"] == pytest.approx(0.3)
+    assert init["p90_abs_err"] == pytest.approx(0.28)  # 0.2 + 0.8 x (0.3 - 0.2): numpy's linear interpolation
+    assert init["median_signed_err"] == pytest.approx(0.1)
     assert train["median_abs_err"] == pytest.approx(0.05) and train["max_abs_err"] == pytest.approx(0.05)
     assert error_table(pd.DataFrame({"x": [1]})).empty
 
@@ -78,11 +81,11 @@ def _knee_frame() -> tuple[pd.DataFrame, list[dict]]:
         job = n * steps
         for spread in (-1.0, 1.0):  # the repeats average to the stated rate
             rows.append({"config_id": cid, "workers": n, "steps": steps, "steps_per_s": 10.0 * min(n, 2) + spread,
-                         "total_s": job / (10.0 * min(n, 4)), "train_s_pred_queueing": job / (10.0 * min(n, 4)),
-                         "total_s_pred_queueing": job / (10.0 * n)})
+                         "job_s": job / (10.0 * min(n, 4)), "train_s_pred_queueing": job / (10.0 * min(n, 4)),
+                         "job_s_pred_queueing": job / (10.0 * n)})
     configs.append({"config_id": "lone", "sweep_values": {"servers": 2, "workers": 1}})
-    rows.append({"config_id": "lone", "workers": 1, "steps": steps, "steps_per_s": 10.0, "total_s": 1.0,
-                 "train_s_pred_queueing": 1.0, "total_s_pred_queueing": 1.0})
+    rows.append({"config_id": "lone", "workers": 1, "steps": steps, "steps_per_s": 10.0, "job_s": 1.0,
+                 "train_s_pred_queueing": 1.0, "job_s_pred_queueing": 1.0})
     return pd.DataFrame(rows), configs
 
 
@@ -104,6 +107,6 @@ def test_knee_table_compares_measured_and_predicted_knees_on_the_sweep_grid():
 
 def test_knee_table_without_predictions_or_groups_is_empty():
     compared, configs = _knee_frame()
-    assert knee_table(compared.drop(columns=["train_s_pred_queueing", "total_s_pred_queueing"]), configs).empty
+    assert knee_table(compared.drop(columns=["train_s_pred_queueing", "job_s_pred_queueing"]), configs).empty
     assert knee_table(compared[compared["config_id"] == "lone"], configs).empty
     assert np.array_equal(knee_table(compared, configs).columns, knee_table(compared.iloc[:0], configs).columns)

@@ -129,4 +129,8 @@ def test_shipped_experiments_validate(repo):
         text = path.read_text()
         if "\nname:" not in "\n" + text:  # e.g. a Ray cluster config, not an experiment
             continue
+        if "\nspace:" in "\n" + text:  # a validation space: its draws must validate
+            from testbed.config.space import load_space, sample
+            assert sample(load_space(path), 4, seed=0), path
+            continue
         assert expand(load_spec(path)), path
