@@ -9,7 +9,10 @@ Terms (as in docs/model.md):
   speed, more time-share the K cores, the limit of round-robin with vanishing quanta); the
   disk is another (``rate(j) = B(j) / B(1)``, the measured aggregate bandwidth of j readers).
   A job's *work* is its duration alone on the resource, so a burst of ``w`` seconds of CPU
-  takes ``w`` seconds when the cores are free and longer when they are not.
+  takes ``w`` seconds when the cores are free and longer when they are not. An *occupant*
+  (``occupy``) is there for a fixed wall-clock time whatever its share: the emulator's
+  ``spin`` compute, which busy-waits until a deadline, takes a core's share from the others
+  but is never stretched itself.
 - *tally*: the sum and count of one phase's events, so a phase's mean is what the measured
   summary reports as ``<phase>_mean_s``.
 
@@ -65,16 +68,38 @@ class SharedRate:
         self._seq = 0
         self._generation = 0
         self._wake_at: float | None = None  # when the pending timer fires
+        self._occupants = 0             # present for a fixed time: they share the rate, need no timer
         self.served = 0.0               # integral of rate(j) dt: work done, for the utilisation
 
     def _advance(self) -> None:
-        j = len(self._jobs)
+        j = len(self._jobs) + self._occupants
         now = self.env.now
         if j:
             total = self.rate(j)
             self._virtual += (now - self._stamp) * total / j
             self.served += (now - self._stamp) * total
         self._stamp = now
+
+    def occupy(self, duration_s: float):
+        """A process (``yield from``) that is present for ``duration_s`` of simulated time,
+        taking its share of the rate from the jobs present, and leaves on time."""
+        if duration_s <= 0:
+            return
+        self._advance()
+        self._occupants += 1
+        self._reschedule()
+        try:
+            yield self.env.timeout(duration_s)
+        finally:
+            self._advance()
+            self._occupants -= 1
+            self._reschedule()
+
+    def _reschedule(self) -> None:
+        """The jobs' speed changed both ways: drop the pending timer and set a new one."""
+        self._generation += 1
+        self._wake_at = None
+        self._schedule()
 
     def serve(self, work_s: float) -> simpy.Event:
         """An event that fires when ``work_s`` seconds of work (at rate 1) are done."""
@@ -91,7 +116,7 @@ class SharedRate:
     def _schedule(self) -> None:
         if not self._jobs:
             return
-        j = len(self._jobs)
+        j = len(self._jobs) + self._occupants
         per_job = self.rate(j) / j
         fire = self.env.now + max(0.0, (self._jobs[0][0] - self._virtual) / per_job)
         if self._wake_at is not None and self._wake_at <= fire:

@@ -101,7 +101,9 @@ class SimWorker:
             self.step_ends[step] = env.now
 
     def compute(self, step: int) -> Iterator[simpy.Event]:
-        """Sleep (no core), or spin and matmul (a core, time-shared with everyone's CPU work)."""
+        """Sleep (no core); spin (a core's share for exactly its duration: the emulator busy-waits
+        until a wall-clock deadline, so sharing a core never stretches it, but it slows everyone
+        else's CPU work); matmul (a fixed amount of work on a core, stretched when shared)."""
         if self.spec.background_s > 0:
             # The processes' other CPU (Ray's threads, recording events, the shards' share for this
             # step) runs while the worker computes; nobody waits for it, but it takes a core.
@@ -111,6 +113,8 @@ class SimWorker:
             return
         if self.spec.compute_mode == "sleep":
             yield self.env.timeout(duration)
+        elif self.spec.compute_mode == "spin":
+            yield from self.node.cores.occupy(duration)
         else:
             yield self.node.cores.serve(duration)
 

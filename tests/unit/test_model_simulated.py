@@ -135,12 +135,38 @@ def test_processor_sharing_resource():
 
 
 def test_cores_are_time_shared():
-    # Four workers spinning 10 ms on two cores: their compute stretches towards twice its length.
-    cfg = config(workers=4, compute={"mode": "spin", "seconds": 0.01}, gradient_bytes=400)
+    # Four workers multiplying matrices for 10 ms (1e7 FLOPs at 1 GFLOP/s) on two cores: a fixed
+    # amount of work, so their compute stretches towards twice its length.
+    cfg = config(workers=4, compute={"mode": "matmul", "flops": 1e7}, gradient_bytes=400)
     r = run(cfg, profile(cores_per_node=2))
     assert 1.5 * 0.01 < r.phases["compute"] <= 2 * 0.01 * (1 + 1e-9)
     assert r.cpu_utilization > 0.9
     assert run(cfg, profile()).phases["compute"] == pytest.approx(0.01, rel=1e-9)
+
+
+def test_spin_takes_a_core_for_exactly_its_duration():
+    # The emulator's spin busy-waits until a wall-clock deadline: four spinning workers on two
+    # cores still compute 10 ms each, but the cores they hold slow everyone else's CPU work.
+    cfg = config(workers=4, compute={"mode": "spin", "seconds": 0.01}, gradient_bytes=400)
+    extra = {"worker_cpu_per_step_s": 2 * MS}
+    crowded = run(cfg, profile(cores_per_node=2, extra=extra))
+    free = run(cfg, profile(cores_per_node=64, extra=extra))
+    assert crowded.phases["compute"] == pytest.approx(0.01, rel=1e-9)
+    assert free.phases["compute"] == pytest.approx(0.01, rel=1e-9)
+    assert crowded.phases["push"] > 1.2 * free.phases["push"]  # the RPC CPU waits for a core
+    assert crowded.cpu_utilization > free.cpu_utilization
+
+
+def test_an_occupant_leaves_on_time_and_slows_the_jobs_while_present():
+    env = simpy.Environment()
+    cpu = SharedRate(env, cores_rate(1), 1.0)
+    got = {}
+    env.process(cpu.occupy(1.0))
+    cpu.serve(1.0).callbacks.append(lambda _e: got.__setitem__("job", env.now))
+    env.run()
+    # one core: the job gets half of it while the occupant is there (1 s: 0.5 s of work), then all
+    assert got["job"] == pytest.approx(1.5)
+    assert cpu.utilization(got["job"]) == pytest.approx(1.0)  # the core was busy all along
 
 
 def test_a_lock_held_while_waiting_for_a_core_slows_the_shard():
