@@ -214,7 +214,7 @@ def profile_table(profile) -> Table:
             ("server apply bandwidth", f"{format_bytes(profile.server_apply_bytes_per_s)}/s"),
             ("server per-call overhead", format_seconds(profile.server_call_overhead_s)),
             ("matmul rate", f"{profile.flops_per_s / 1e9:.1f} GFLOP/s")]
-    for key, value in sorted(profile.extra.items()):
+    for key, value in sorted(profile.scalar_figures().items()):
         if key.endswith("_bytes_per_s"):
             rows.append((key, f"{format_bytes(value)}/s"))
         else:

@@ -15,11 +15,13 @@ from testbed.model.jitter import expected_max_factor
 from testbed.model.knee import asymptotic_knee, marginal_knee
 from testbed.model.mva import Centre, CentreKind, MvaResult, solve_mva, throughput_bounds
 from testbed.model.prediction import PHASES, Prediction, predict, predict_all
-from testbed.model.terms import EXTRA_KEYS, StepTerms, init_seconds, step_terms, steps_per_worker
+from testbed.model.curves import CallCosts, SizeCurve
+from testbed.model.terms import StepTerms, extrapolated, init_seconds, step_terms, steps_per_worker
 
 __all__ = [
     "predict", "predict_all", "Prediction", "PHASES", "ModelFamily", "Bound",
-    "ScalingCurve", "scaling_curve", "StepTerms", "step_terms", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
+    "ScalingCurve", "scaling_curve", "StepTerms", "step_terms", "init_seconds", "steps_per_worker", "extrapolated",
+    "SizeCurve", "CallCosts",
     "Centre", "CentreKind", "MvaResult", "solve_mva", "throughput_bounds",
     "asymptotic_knee", "marginal_knee", "expected_max_factor",
 ]

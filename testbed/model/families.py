@@ -127,9 +127,12 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     r_cpu = res.response_s["cpu"][1:] if "cpu" in res.response_s else zeros
     cpu_demand = t.cpu_demand_s or 1.0
     r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
-    r_rpc = r_cpu * (rpc_cpu / cpu_demand)
-    # Stretch factor of a worker's transfers once its RPC work waits for a core.
     own = t.transfer_s + t.worker_extra_s  # a worker's transfers and gradient production, alone
+    # Stretch factor of a worker's transfers once its RPC work waits for a core. Only the CPU
+    # that runs inside the transfers stretches them; the background part runs during the
+    # compute, so alone (N = 1) the transfers take what was calibrated.
+    inside = min(rpc_cpu, own) / rpc_cpu if rpc_cpu > 0 else 0.0
+    r_rpc = r_cpu * (rpc_cpu / cpu_demand) * inside
     stretch = (transfer_delay + r_rpc) / own if own > 0 else np.ones(n.size)
     visits = 1.0 + 1.0 / t.pull_every  # pushes and pulls per step at a shard
     wait = np.maximum(0.0, (r_server - d) / visits)
@@ -187,7 +190,8 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
     own = t.transfer_s + t.worker_extra_s
-    stretch = (transfer_delay + rpc_wall) / own if own > 0 else np.ones(n.size)
+    inside = min(rpc_cpu, own) / rpc_cpu if rpc_cpu > 0 else 0.0  # as in _queueing_async
+    stretch = (transfer_delay + rpc_wall * inside) / own if own > 0 else np.ones(n.size)
     share = {Bound.DISK: read, Bound.COMPUTE: compute_wall, Bound.NETWORK: t.transfer_s * stretch,
              Bound.SERVER: server}
     utilization = {Bound.SERVER: server / step}

@@ -76,7 +76,7 @@ def profile_markdown(profile: HardwareProfile) -> str:
              f"| server apply bandwidth A | {format_bytes(p.server_apply_bytes_per_s)}/s |",
              f"| server per-call overhead o | {format_seconds(p.server_call_overhead_s)} |",
              f"| matmul rate | {p.flops_per_s / 1e9:.1f} GFLOP/s |"]
-    for key, value in sorted(p.extra.items()):
+    for key, value in sorted(p.scalar_figures().items()):
         shown = f"{format_bytes(value)}/s" if key.endswith("bytes_per_s") else (
             format_seconds(value) if key.endswith("_s") else f"{value:g}")
         lines.append(f"| {key} | {shown} |")

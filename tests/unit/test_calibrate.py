@@ -52,4 +52,4 @@ def test_profile_round_trips_through_json(tmp_path):
     ident = machine_identity(NODES, None)
     path = save_profile(profile(ident), tmp_path / "p.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 1 and data["disk"]["seq_read_bytes_per_s"] == {"1": 5e8, "2": 9e8}
+    assert data["schema_version"] == 2 and data["disk"]["seq_read_bytes_per_s"] == {"1": 5e8, "2": 9e8}
