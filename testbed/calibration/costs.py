@@ -53,8 +53,14 @@ class RunPoint:
     shard_cpu_s: float       # one shard process's CPU during training (mean over shards)
 
 
-def _mean(durations: list[float]) -> float:
-    return float(np.mean(durations)) if durations else 0.0
+def _trimmed_mean(durations: list[float], cut: float = 0.1) -> float:
+    """The mean without the top and bottom ``cut`` of the events: a call preempted by an
+    unrelated process on a shared machine is not a cost of the call."""
+    if not durations:
+        return 0.0
+    xs = np.sort(np.asarray(durations, dtype=float))
+    k = int(len(xs) * cut)
+    return float(np.mean(xs[k:len(xs) - k] if len(xs) > 2 * k else xs))
 
 
 def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[str, list],
@@ -70,11 +76,11 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
         return kept or [d for _, d in rows]
 
     pushes, pulls = len(by.get(("worker", "push"), [])), len(by.get(("worker", "pull"), []))
-    push_s, pull_s = _mean(events("worker", "push")), _mean(events("worker", "pull"))
+    push_s, pull_s = _trimmed_mean(events("worker", "push")), _trimmed_mean(events("worker", "pull"))
     gap = _step_gap_s(columns)
     shard_cpu = [v for k, v in train_cpu_s.items() if k.startswith("server-")]
     return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
-                    _mean(events("server", "apply")), gap,
+                    _trimmed_mean(events("server", "apply")), gap,
                     float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0)
 
 
@@ -93,7 +99,7 @@ def _step_gap_s(columns: dict[str, list]) -> float:
             starts[int(step)] = int(start)
     gaps = [(starts[s + 1] - starts[s] - timed[s]) / 1e9 for s in sorted(starts)
             if s >= WARMUP_STEPS and s + 1 in starts]
-    return max(0.0, _mean(gaps))
+    return max(0.0, _trimmed_mean(gaps))
 
 
 def split_per_call(a: tuple[int, int, float], b: tuple[int, int, float]) -> tuple[float, float]:
