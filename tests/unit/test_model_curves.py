@@ -3,6 +3,7 @@ and the model reading the curves at the config's size."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -178,3 +179,21 @@ def test_typed_figures_check_their_values():
         CallCosts(0, *(SizeCurve(((4096, 1e-3),)),) * len(CALL_COST_CURVES))
     with pytest.raises(ValueError, match="twice"):
         profile(costs(1), costs(1))
+
+
+def test_one_worker_whose_cpu_exceeds_its_whole_step_is_still_predicted_as_calibrated():
+    # 30 ms of shard CPU per pull (it runs on after answering, in parallel with the worker)
+    # against a step of 20 ms compute plus the calls: a lone step is still compute + calls
+    heavy = dataclasses.replace(costs(), shard_pull_cpu_s=SizeCurve(tuple((b, 30 * MS) for b in SIZES)))
+    pred = predict(config(), profile(heavy), ModelFamily.QUEUEING)
+    push, pull, gap = 1 * MS + 4 * MIB * 1e-9, 1 * MS + 4 * MIB * 1e-9, 0.1 * MS + 4 * MIB * 0.05e-9
+    assert pred.step_s == pytest.approx(0.02 + push + pull + gap)
+    assert pred.push_s == pytest.approx(push) and pred.pull_s == pytest.approx(pull)
+    # more CPU per step than two cores deliver in a lone step: the cores bound even one worker
+    heavier = dataclasses.replace(costs(), shard_pull_cpu_s=SizeCurve(tuple((b, 60 * MS) for b in SIZES)))
+    u = step_terms(config(), profile(heavier)).cpu_demand_s
+    assert predict(config(), profile(heavier)).step_s == pytest.approx(
+        u / 2 + step_terms(config(), profile(heavier)).server_demand_s)
+    # and many such workers saturate the two cores: N u / K bounds the step from below
+    many = predict(config(workers=16), profile(heavy), ModelFamily.QUEUEING)
+    assert many.step_s >= 16 * step_terms(config(), profile(heavy)).cpu_demand_s / 2 * 0.999
