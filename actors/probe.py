@@ -37,6 +37,16 @@ class Echo:
     def f(self, x: Any = None) -> int:
         return 0
 
+    def get_s(self, refs: list[Any]) -> float:
+        """Seconds to fetch ``refs[0]`` from the object store into this process (a shard
+        getting a pushed slice; the list keeps Ray from resolving the reference first)."""
+        import ray
+        t0 = time.perf_counter()
+        value = ray.get(refs[0])
+        elapsed = time.perf_counter() - t0
+        del value
+        return elapsed
+
     def cpu_s(self) -> float:
         return time.process_time()
 
@@ -124,6 +134,35 @@ class Probe:
             ray.get(server.pull.remote())
             busy += time.perf_counter() - t0
         return {"cpu_per_step_s": (time.process_time() - cpu0) / steps, "wall_per_step_s": busy / steps}
+
+    def store_sweep_s(self, target: Any, sizes: list[int], repeats: int) -> dict[int, list[tuple[float, float]]]:
+        """(put, get) seconds per size: this process puts an array in the object store (as a
+        worker's large argument is put) and ``target`` fetches it (``Echo.get_s``)."""
+        import ray
+        payloads = {n: np.ones(n // 4, dtype=np.float32) for n in sizes}
+        out: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
+        for _ in range(repeats):
+            for n, p in payloads.items():
+                t0 = time.perf_counter()
+                ref = ray.put(p)
+                put_s = time.perf_counter() - t0
+                out[n].append((put_s, ray.get(target.get_s.remote([ref]))))
+                del ref
+        return out
+
+    def copy_s(self, sizes: list[int], repeats: int = 5) -> dict[int, float]:
+        """Median seconds of copying an array of each size (a shard's pull copies its slice)."""
+        out = {}
+        for n in sizes:
+            a = np.ones(n // 4, dtype=np.float32)
+            a.copy()
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                a.copy()
+                times.append(time.perf_counter() - t0)
+            out[n] = float(np.median(times))
+        return out
 
     def fill_bytes_per_s(self, nbytes: int) -> float:
         """How fast a worker produces a gradient (``GradientSource.fill``: one multiply pass)."""

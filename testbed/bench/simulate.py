@@ -17,7 +17,7 @@ from typing import Any
 
 from testbed.bench.common import Check, Figure, load_average, now_iso
 from testbed.config.spec import ConfigFields
-from testbed.model.profile import HardwareProfile
+from testbed.model.profile import HardwareProfile, StepCpuLine
 from testbed.model.simfamily import sim_spec
 from testbed.model.simulation import simulate
 from testbed.model.terms import step_terms
@@ -33,8 +33,8 @@ def bench_profile() -> HardwareProfile:
     return HardwareProfile(identity={"bench": "simulate"}, cores_per_node=2, server_apply_bytes_per_s=1e8,
                            server_call_overhead_s=50e-6, actor_call_latency_s=0.5 * MS,
                            transfer_bytes_per_s_local=1e9,
-                           extra={"worker_cpu_per_step_s": 0.3 * MS, "server_cpu_per_step_s": 0.2 * MS,
-                                  "gradient_fill_bytes_per_s": 2e9})
+                           step_cpu=StepCpuLine(worker_per_step_s=0.3 * MS, server_per_step_s=0.2 * MS),
+                           gradient_fill_bytes_per_s=2e9)
 
 
 def bench_config(workers: int = 1024, steps: int = 100) -> ConfigFields:

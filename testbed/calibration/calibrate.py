@@ -2,13 +2,16 @@
 
 Figures (docs/model.md says which term each feeds):
 
+- ``call_costs``: per-call cost curves over gradient sizes 4 KiB..32 MiB at 1 and 2 shards,
+  from single-worker runs of the testbed itself (``testbed.calibration.costs``).
+- ``reference_curves``: the same sizes through an actor call, an object-store put and get,
+  and a copy (``actors.probe``), for reference.
 - ``actor_call_latency_s`` L: an empty call from one actor to another, round trip.
-- ``transfer_bytes_per_s_local`` W: slope of an actor call's time against its argument's size.
-- ``server_apply_bytes_per_s`` A: a shard's in-place apply, from its own apply events.
-- ``server_call_overhead_s`` o: the shard's CPU per call beyond the apply (and pull copy).
-- ``extra.server_copy_bytes_per_s`` C: the shard's parameter copy for a pull.
-- ``extra.worker_cpu_*``, ``extra.server_cpu_*``: CPU per step of a real worker and shard.
-- ``extra.actor_setup_s``: starting one more actor.
+- ``transfer_bytes_per_s_local`` W, ``object_store_call_s``: a line through the calls
+  carrying the sizes that take the object store.
+- ``server_apply_bytes_per_s`` A, ``server_call_overhead_s`` o, ``server_copy_bytes_per_s``
+  C: scalar figures read off the curves (the model reads the curves when present).
+- ``actor_setup_s``, ``setup_s_by_actors``: starting actors.
 - ``flops_per_s``: float32 matmul rate inside an actor; ``cores_per_node``.
 - ``disk``: the testbed's own direct reader in the data directory, and ``disk_reference``:
   the same measurements by fio (``testbed.calibration.disk``).
@@ -20,6 +23,7 @@ whose identity matches and re-measures on ``recalibrate``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -33,8 +37,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from testbed.calibration.costs import SIZES_BYTES, measure_call_costs
 from testbed.config.errors import UserError
+from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
+from testbed.model.terms import INLINE_BYTES
 
 __all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
            "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
@@ -45,11 +52,9 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # Bumped whenever what calibration measures changes, so that profiles cached by an older
 # procedure are measured again instead of reused.
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3  # 3: per-call cost curves across sizes and shard counts (costs.py)
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
-# The compute time of the single-worker runs that measure CPU per step.
-STEP_PAUSE_S = 0.02
 
 
 def fit_line(x: list[float], y: list[float]) -> tuple[float, float]:
@@ -125,8 +130,9 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress) -
     return out
 
 
-def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, float]:
-    """L (an empty call), and the object-store path: its fixed cost and bandwidth W."""
+def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, Any]:
+    """L (an empty call), the object-store path's fixed cost and bandwidth W, and the
+    reference curves: a call carrying each calibrated size, a put and a get, a copy."""
     import ray
     reps = 60 if quick else 200
     # Workers call the shards after a pause (their compute), and an actor call after a pause
@@ -135,135 +141,69 @@ def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> di
     progress("actor-call latency")
     latency_s = _median(ray.get(probe.latency_s.remote(echo, reps // 2, CALL_PAUSE_S)))
     latency_hot_s = _median(ray.get(probe.latency_s.remote(echo, reps)))
+    progress("transfers, object store and copies across sizes")
+    sizes = list(SIZES_BYTES)
+    sweep = ray.get(probe.transfer_sweep_s.remote(echo, sizes, 6 if quick else 15, CALL_PAUSE_S))
+    times = {n: _median(sweep[n]) for n in sizes}
     # Arguments above Ray's inline limit (100 KiB) go through the object store, which has a
     # fixed cost of its own on top of the call; fit time = L + L_store + bytes / W over sizes
-    # that all take that path.
-    progress("transfer bandwidth")
-    sizes = [256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20]
-    sweep = ray.get(probe.transfer_sweep_s.remote(echo, sizes, 10 if quick else 30, CALL_PAUSE_S))
-    times = [_median(sweep[n]) for n in sizes]
-    intercept, slope = fit_line(sizes, times)
+    # that all take that path (the scalar figures of profiles without curves).
+    big = [n for n in sizes if n > INLINE_BYTES]
+    intercept, slope = fit_line(big, [times[n] for n in big])
+    store = ray.get(probe.store_sweep_s.remote(echo, sizes, 3 if quick else 7))
+    copies = ray.get(probe.copy_s.remote(sizes))
+    reference = ReferenceCurves(
+        transfer_s=SizeCurve(tuple(times.items())),
+        store_put_s=SizeCurve(tuple((n, _median([p for p, _ in store[n]])) for n in sizes)),
+        store_get_s=SizeCurve(tuple((n, _median([g for _, g in store[n]])) for n in sizes)),
+        copy_s=SizeCurve(tuple(copies.items())))
     return {"actor_call_latency_s": latency_s, "actor_call_latency_hot_s": latency_hot_s,
             "object_store_call_s": max(0.0, intercept - latency_s),
-            "transfer_bytes_per_s_local": 1.0 / slope if slope > 0 else sizes[-1] / max(times[-1] - intercept, 1e-9),
-            "transfer_points": dict(zip(map(str, sizes), times))}
+            "transfer_bytes_per_s_local": 1.0 / slope if slope > 0 else big[-1] / max(times[big[-1]] - intercept, 1e-9),
+            "reference_curves": reference}
 
 
-def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, Any]:
-    """A shard's apply bandwidth A, copy bandwidth C and per-call CPU overhead o, from a
-    worker-like push/pull loop against a real shard (CPU per step: ``_measure_step_cpu``)."""
-    import ray
-
-    from actors.server import ServerActor
-    from testbed.records.events import Phase
-
-    progress("server apply and per-call overhead")
-    rows = []
-    for nbytes in (64 * 2**10, 4 * 2**20, 16 * 2**20):
-        server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=4).remote(
-            shard=0, lo=0, hi=nbytes // 4, seed=0, learning_rate=0.01, run_id="calibrate", config_id="calibrate",
-            repeat=0)
-        ray.get(server.ready.remote())
-        steps = (40 if quick else 100) if nbytes < 2**20 else (15 if quick else 30)
-        cpu0 = ray.get(server.__ray_call__.remote(lambda self: time.process_time()))
-        loop = ray.get(probe.push_pull_loop.remote(server, nbytes, steps, CALL_PAUSE_S))
-        cpu1 = ray.get(server.__ray_call__.remote(lambda self: time.process_time()))
-        copy_s = ray.get(server.__ray_call__.remote(_time_copy))
-        export = ray.get(server.events.remote())
-        ray.kill(server)
-        phases = np.frombuffer(export["phase"], dtype=np.int8)
-        durations = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)]
-        rows.append({"bytes": nbytes, "apply_s": float(np.median(durations[-steps:])) / 1e9, "copy_s": copy_s,
-                     "server_cpu_per_step_s": (cpu1 - cpu0) / (steps + 1), **loop})
-    sizes = [r["bytes"] for r in rows]
-    _, apply_slope = fit_line(sizes, [r["apply_s"] for r in rows])
-    _, copy_slope = fit_line(sizes, [r["copy_s"] for r in rows])
-    small = rows[0]
-    # Two calls per step (a push and a pull); what the shard's CPU spends beyond the apply and
-    # the copy is the per-call overhead.
-    overhead_s = max(0.0, (small["server_cpu_per_step_s"] - small["apply_s"] - small["copy_s"]) / 2)
-    return {
-        "server_apply_bytes_per_s": 1.0 / apply_slope if apply_slope > 0 else rows[-1]["bytes"] / rows[-1]["apply_s"],
-        "server_copy_bytes_per_s": 1.0 / copy_slope if copy_slope > 0 else rows[-1]["bytes"] / rows[-1]["copy_s"],
-        "server_call_overhead_s": overhead_s,
-        "rows": rows,
-    }
-
-
-def _measure_step_cpu(quick: bool, progress: Progress) -> dict[str, float]:
-    """CPU per step of a real worker and a real shard, from single-worker runs of the testbed
-    itself (sleep compute between steps, as a worker computes): the CPU centre's demand.
-
-    Probes in a tight loop undercount it: a process that sleeps between calls pays again to
-    wake its threads, and the real actors also produce gradients and record events."""
-    from testbed.config.spec import expand, parse_spec
-    from testbed.runner.run import run_config
-
-    steps = 15 if quick else 30
-    rows = []
-    for nbytes in (64 * 2**10, 2**20, 4 * 2**20):
-        progress(f"CPU per step of a worker and a shard ({nbytes // 1024} KiB gradients)")
-        cfg = expand(parse_spec({"name": "calibrate", "gradient_bytes": nbytes, "workload": {"steps": steps},
-                                 "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
-        cpu = run_config(cfg, 0, "calibrate").train_cpu_s
-        rows.append((nbytes, cpu["worker-0"] / steps, cpu["server-0"] / steps))
-    sizes = [r[0] for r in rows]
-    w0, w_slope = fit_line(sizes, [r[1] for r in rows])
-    s0, s_slope = fit_line(sizes, [r[2] for r in rows])
-    return {"worker_cpu_per_step_s": max(w0, rows[0][1] / 2), "worker_cpu_bytes_per_s": 1.0 / w_slope if w_slope > 0 else 0.0,
-            "server_cpu_per_step_s": max(s0, rows[0][2] / 2), "server_cpu_bytes_per_s": 1.0 / s_slope if s_slope > 0 else 0.0}
+def _scalar_server_figures(costs: CallCosts, reference: ReferenceCurves) -> dict[str, float]:
+    """Schema 1's scalar server figures, read off the one-shard curves (kept for tables and
+    for code that reads them): A from the apply curve's two largest sizes, o as the shard's
+    CPU per push beyond the apply at the smallest size, C from the copy curve."""
+    (b0, a0), (b1, a1) = costs.apply_s.points[-2:]
+    (c0, t0), (c1, t1) = reference.copy_s.points[-2:]
+    small = costs.shard_push_cpu_s.lo_bytes
+    return {"server_apply_bytes_per_s": (b1 - b0) / (a1 - a0) if a1 > a0 else b1 / max(a1, 1e-9),
+            "server_copy_bytes_per_s": (c1 - c0) / (t1 - t0) if t1 > t0 else c1 / max(t1, 1e-9),
+            "server_call_overhead_s": max(0.0, costs.shard_push_cpu_s.at(small) - costs.apply_s.at(small))}
 
 
 def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
-    """Measure the Ray-side figures on the Ray this process is connected to."""
+    """Measure the Ray-side figures on the Ray this process is connected to: keyword
+    arguments of ``HardwareProfile`` (all but identity, cores and disk) and ``details``."""
     import ray
 
-    from actors.probe import Echo, Probe
+    from actors.probe import Echo, Probe, StartupProbe
 
     probe_cls = ray.remote(Probe).options(num_cpus=0)
     echo_cls = ray.remote(Echo).options(num_cpus=0)
     probe, echo = probe_cls.remote(), echo_cls.remote()
     ray.get([probe.cpu_s.remote(), echo.cpu_s.remote()])
     calls = _measure_calls(probe, echo, quick, progress)
-    server = _measure_server(probe, quick, progress)
     progress("matmul FLOP rate and gradient production")
     flops = ray.get(probe.matmul_flops_per_s.remote(384))
     fill_bps = ray.get(probe.fill_bytes_per_s.remote(16 * 2**20))
     for a in (probe, echo):
         ray.kill(a)
-    from actors.probe import StartupProbe
-    step_cpu = _measure_step_cpu(quick, progress)
+    costs, points = measure_call_costs(quick, progress)
     setup = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                            progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
+    one_shard = costs[0]
     return {
-        "actor_call_latency_s": calls["actor_call_latency_s"],
-        "transfer_bytes_per_s_local": calls["transfer_bytes_per_s_local"],
-        "server_apply_bytes_per_s": server["server_apply_bytes_per_s"],
-        "server_call_overhead_s": server["server_call_overhead_s"],
-        "flops_per_s": flops,
-        "setup_s_by_actors": setup,
-        "extra": {
-            "object_store_call_s": calls["object_store_call_s"],
-            "actor_call_latency_hot_s": calls["actor_call_latency_hot_s"],
-            "server_copy_bytes_per_s": server["server_copy_bytes_per_s"],
-            **step_cpu,
-            "gradient_fill_bytes_per_s": fill_bps,
-            "actor_setup_s": (t1 - t0) / (k1 - k0),
-        },
-        "details": {"server": server["rows"], "transfer": calls["transfer_points"]},
+        **calls, **_scalar_server_figures(one_shard, calls["reference_curves"]),
+        "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
+        "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
+        "call_costs": costs,
+        "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }
-
-
-def _time_copy(actor: Any) -> float:
-    """Median time of the shard copying its parameters (what a pull costs it)."""
-    w = actor.server.w
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        w.copy()
-        times.append(time.perf_counter() - t0)
-    return float(statistics.median(times))
 
 
 def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, recalibrate: bool = False,
@@ -313,15 +253,10 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             reference = calibrate_disk(target, file_bytes=size, runtime_s=runtime_s, max_jobs=8, method="fio",
                                        progress=progress)
     cores = min((n["cpus"] for n in identity["nodes"]), default=os.cpu_count() or 1)
-    extra = dict(figures["extra"], nodes=float(len(identity["nodes"])))
+    figures.pop("details")
     profile = HardwareProfile(
-        identity=identity, cores_per_node=max(1, cores),
-        server_apply_bytes_per_s=figures["server_apply_bytes_per_s"],
-        server_call_overhead_s=figures["server_call_overhead_s"],
-        actor_call_latency_s=figures["actor_call_latency_s"],
-        transfer_bytes_per_s_local=figures["transfer_bytes_per_s_local"],
-        flops_per_s=figures["flops_per_s"], disk=disk, disk_reference=reference, extra=extra,
-        setup_s_by_actors=figures["setup_s_by_actors"],
+        identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
+        disk=disk, disk_reference=reference, **figures,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     save_profile(profile, cache)
     if out:

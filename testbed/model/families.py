@@ -111,8 +111,19 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     if t.read_s > 0:
         centres.append(Centre("disk", t.read_s, CentreKind.LOAD_DEPENDENT, t.read_rate_multipliers))
     rpc_cpu = t.rpc_cpu_s
+    own = t.transfer_s + t.worker_extra_s  # a worker's transfers and gradient production, alone
+    alpha1 = 1.0
     if t.has_cpu_centre:
-        centres.append(Centre.multi_server("cpu", t.cpu_demand_s, t.cores))
+        # One step's CPU work runs in several processes at once (the worker's, and the shards'
+        # after they have answered): alone, it can keep more than one core busy. When it
+        # exceeds the lone worker's whole step (sleeping compute included), it runs that many
+        # times in parallel, so alpha(j) = min(j p, K) and a lone step is what was calibrated.
+        p = 1.0
+        if not t.compute_on_cpu and rpc_cpu > own + t.compute_s > 0:
+            p = min(float(t.cores), rpc_cpu / (own + t.compute_s))
+        alpha1 = p
+        centres.append(Centre("cpu", t.cpu_demand_s, CentreKind.LOAD_DEPENDENT,
+                              tuple(min(j * p, float(t.cores)) for j in range(1, t.cores + 2))))
     # The calibrated transfer times (and gradient production) already contain the RPC CPU
     # work of the worker and the shards; with the CPU centre in, that part moves from the
     # delay to the centre, so N = 1 is unchanged.
@@ -130,9 +141,10 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     r_cpu = res.response_s["cpu"][1:] if "cpu" in res.response_s else zeros
     cpu_demand = t.cpu_demand_s or 1.0
     r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
-    r_rpc = r_cpu * (rpc_cpu / cpu_demand)
-    # Stretch factor of a worker's transfers once its RPC work waits for a core.
-    own = t.transfer_s + t.worker_extra_s  # a worker's transfers and gradient production, alone
+    # Stretch factor of a worker's transfers once its RPC work waits for a core. Only the CPU
+    # that runs inside the transfers stretches them; the background part runs during the
+    # compute, so alone (N = 1) the transfers take what was calibrated.
+    r_rpc = r_cpu * alpha1 * min(rpc_cpu, own) / cpu_demand
     stretch = (transfer_delay + r_rpc) / own if own > 0 else np.ones(n.size)
     visits = 1.0 + 1.0 / t.pull_every  # pushes and pulls per step at a shard
     wait = np.maximum(0.0, (r_server - d) / visits)
@@ -156,7 +168,7 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         utilization[Bound.DISK] = res.utilization("disk")[1:]
     if "cpu" in res.response_s:
         utilization[Bound.COMPUTE] = res.utilization("cpu")[1:]
-    cycle_one = think + sum(c.demand_s for c in centres)
+    cycle_one = think + sum(c.demand_s / float(c.alphas(1)[0]) for c in centres)
     bottleneck = max(c.saturation_demand_s for c in centres)
     return ScalingCurve(step, r_disk if t.read_s > 0 else zeros, r_compute,
                         t.push_transfer_s * stretch + wait + t.push_service_s,
@@ -190,7 +202,8 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
     own = t.transfer_s + t.worker_extra_s
-    stretch = (transfer_delay + rpc_wall) / own if own > 0 else np.ones(n.size)
+    inside = min(rpc_cpu, own) / rpc_cpu if rpc_cpu > 0 else 0.0  # as in _queueing_async
+    stretch = (transfer_delay + rpc_wall * inside) / own if own > 0 else np.ones(n.size)
     share = {Bound.DISK: read, Bound.COMPUTE: compute_wall, Bound.NETWORK: t.transfer_s * stretch,
              Bound.SERVER: server}
     utilization = {Bound.SERVER: server / step}

@@ -2,6 +2,11 @@
 
 Pure dataclasses with JSON load/save (a versioned document). Calibration results
 are ordinary records: every figure says where it came from (``source``).
+
+Schema 2 replaced schema 1's free-form ``extra`` dict by typed fields and added the
+per-call cost curves (``call_costs``, one ``CallCosts`` per calibrated shard count, and
+``reference_curves``); ``HardwareProfile.from_dict`` still reads schema-1 files, moving
+each ``extra`` figure to its field (``migrate_v1``).
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from testbed.config.errors import UserError
+from testbed.model.curves import CallCosts, ReferenceCurves, coerce_call_costs
 
-__all__ = ["DiskProfile", "HardwareProfile", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile",
-           "check_profile_machine"]
+__all__ = ["DiskProfile", "HardwareProfile", "StepCpuLine", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION",
+           "load_profile", "save_profile", "check_profile_machine", "migrate_v1"]
 
-PROFILE_SCHEMA_VERSION = 1
+PROFILE_SCHEMA_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +66,25 @@ class DiskProfile:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepCpuLine:
+    """CPU per step as one straight line in the gradient size (schema 1's figures, kept so
+    that old profiles predict as they did; schema 2's ``call_costs`` supersede it).
+
+    A worker's CPU per step is ``worker_per_step_s`` per shard called plus the gradient's
+    bytes at ``worker_bytes_per_s`` (0: no per-byte part); the shards' likewise."""
+    worker_per_step_s: float
+    worker_bytes_per_s: float = 0.0
+    server_per_step_s: Optional[float] = None
+    server_bytes_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None and not (value >= 0 and value < float("inf")):
+                raise ValueError(f"step_cpu.{f.name} must be finite and >= 0, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
 class HardwareProfile:
     """Calibrated figures of one machine or cluster (see docs/model.md for which term each feeds)."""
     identity: dict[str, Any]                 # what was measured: hosts, cores, cpu model, ray nodes
@@ -72,7 +97,16 @@ class HardwareProfile:
     transfer_bytes_per_s_remote: Optional[float] = None  # between nodes, when there are several
     disk: Optional[DiskProfile] = None       # what the testbed's own reader gets: feeds the model
     disk_reference: Optional[DiskProfile] = None  # the same measurements by fio, for reference
-    extra: dict[str, float] = dataclasses.field(default_factory=dict)  # further calibrated figures
+    object_store_call_s: float = 0.0         # L_obj: a slice too large to go inline costs this more per call
+    actor_call_latency_hot_s: Optional[float] = None  # L in a tight loop (reference: workers call after a pause)
+    gradient_fill_bytes_per_s: Optional[float] = None  # G: producing the gradient (untimed work per step)
+    server_copy_bytes_per_s: Optional[float] = None    # C: a shard's parameter copy for a pull (None: A)
+    step_cpu: Optional[StepCpuLine] = None   # schema 1's CPU per step (superseded by call_costs)
+    nodes: Optional[int] = None              # nodes of the cluster (None: len(identity["nodes"]), else 1)
+    actor_setup_s: Optional[float] = None    # starting one more actor (when no start-up curve is known)
+    # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
+    call_costs: tuple[CallCosts, ...] = ()
+    reference_curves: Optional[ReferenceCurves] = None  # microbenchmarks of the same paths, for reference
     # Seconds to start k actors at once, for a few k: start-up is not linear in k (each new
     # process slows the others), so setup is interpolated on this curve (``interpolate_setup_s``).
     setup_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -88,10 +122,45 @@ class HardwareProfile:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
+        for name in ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
+                     "server_copy_bytes_per_s", "actor_setup_s"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and value < float("inf")):
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        for name in ("gradient_fill_bytes_per_s", "server_copy_bytes_per_s"):
+            if getattr(self, name) == 0:  # a rate of 0 means "not measured"
+                object.__setattr__(self, name, None)
+        if self.nodes is not None:
+            if int(self.nodes) < 1:
+                raise ValueError(f"nodes must be >= 1, got {self.nodes}")
+            object.__setattr__(self, "nodes", int(self.nodes))
         object.__setattr__(self, "setup_s_by_actors", {int(k): float(v) for k, v in self.setup_s_by_actors.items()})
         for name in ("disk", "disk_reference"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, DiskProfile(**getattr(self, name)))
+        if isinstance(self.step_cpu, dict):
+            object.__setattr__(self, "step_cpu", StepCpuLine(**self.step_cpu))
+        if isinstance(self.reference_curves, dict):
+            object.__setattr__(self, "reference_curves", ReferenceCurves(**self.reference_curves))
+        object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
+
+    def scalar_figures(self) -> dict[str, float]:
+        """The optional scalar figures that are set, by name (for profile tables)."""
+        out = {name: float(getattr(self, name)) for name in (
+            "object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
+            "server_copy_bytes_per_s", "nodes", "actor_setup_s") if getattr(self, name) is not None}
+        if self.step_cpu is not None:
+            out.update({f"step_cpu.{f.name}": float(getattr(self.step_cpu, f.name))
+                        for f in dataclasses.fields(self.step_cpu) if getattr(self.step_cpu, f.name) is not None})
+        return out
+
+    def call_costs_for(self, shards: int) -> Optional[CallCosts]:
+        """The curves calibrated at the largest shard count not above ``shards`` (the
+        smallest one when all are above); None when the profile has none."""
+        if not self.call_costs:
+            return None
+        below = [c for c in self.call_costs if c.shards <= shards]
+        return below[-1] if below else self.call_costs[0]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,11 +172,40 @@ class HardwareProfile:
         if version > PROFILE_SCHEMA_VERSION:
             raise ValueError(f"profile schema version {version} is newer than this testbed understands "
                              f"({PROFILE_SCHEMA_VERSION}); upgrade ddnn-testbed")
+        if version == 1:
+            data = migrate_v1(data)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown profile fields: {', '.join(sorted(unknown))}")
         return cls(**data)
+
+
+# Schema 1's ``extra`` keys and the schema-2 field each moved to.
+_V1_EXTRA = {"object_store_call_s": "object_store_call_s", "actor_call_latency_hot_s": "actor_call_latency_hot_s",
+             "gradient_fill_bytes_per_s": "gradient_fill_bytes_per_s",
+             "server_copy_bytes_per_s": "server_copy_bytes_per_s", "nodes": "nodes", "actor_setup_s": "actor_setup_s"}
+_V1_STEP_CPU = {"worker_cpu_per_step_s": "worker_per_step_s", "worker_cpu_bytes_per_s": "worker_bytes_per_s",
+                "server_cpu_per_step_s": "server_per_step_s", "server_cpu_bytes_per_s": "server_bytes_per_s"}
+
+
+def migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 profile document as schema 2: each ``extra`` figure moves to its typed field
+    (the four CPU-per-step figures to ``step_cpu``). An unknown ``extra`` key is an error
+    naming it: a figure the model would silently stop reading."""
+    data = dict(data)
+    extra = dict(data.pop("extra", None) or {})
+    unknown = set(extra) - set(_V1_EXTRA) - set(_V1_STEP_CPU)
+    if unknown:
+        raise ValueError(f"unknown figures in the schema-1 'extra': {', '.join(sorted(unknown))}")
+    for key, field in _V1_EXTRA.items():
+        if key in extra:
+            data[field] = extra[key]
+    step_cpu = {field: float(extra[key]) for key, field in _V1_STEP_CPU.items() if key in extra}
+    if "worker_per_step_s" in step_cpu:
+        data["step_cpu"] = step_cpu
+    data["schema_version"] = PROFILE_SCHEMA_VERSION
+    return data
 
 
 def interpolate_setup_s(points: Sequence[tuple[int, float]], actors: int) -> Optional[float]:

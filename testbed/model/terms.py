@@ -13,6 +13,13 @@ differ only in how they combine them. Symbols follow docs/model.md:
 - ``s_pull`` = o + (M/S) / C: a shard's service per pull (C its copy bandwidth).
 - ``D`` = s_push + s_pull / k: a shard's demand per worker step.
 
+When the profile has per-call cost curves (``profile.call_costs``, docs/model.md), every
+per-call figure is read on its curve at the config's gradient size (a shard's at its slice
+M / S): a worker's push and pull as measured alone, each shard's CPU per push and per pull
+(its service), the apply, each process's CPU and the untimed rest of a step. Profiles
+without curves (schema 1) use the scalar figures above. ``extrapolated(config, profile)``
+names every figure read outside its calibrated range.
+
 Pure: the standard library (the config is read by attribute, so the pydantic spec module
 is not imported here).
 """
@@ -24,25 +31,13 @@ import math
 from typing import Any, Optional
 
 from testbed.config.errors import UserError
+from testbed.model.curves import CALL_COST_CURVES, CallCosts
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "EXTRA_KEYS",
-    "transfer_seconds", "INLINE_BYTES",
+    "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "extrapolated",
+    "transfer_seconds", "INLINE_BYTES", "node_count",
 ]
-
-# Optional figures read from HardwareProfile.extra (calibration writes them when it can).
-EXTRA_KEYS = {
-    "object_store_call_s": "fixed cost of passing one argument or result through the object store",
-    "gradient_fill_bytes_per_s": "rate at which a worker produces its gradient (untimed work per step)",
-    "worker_cpu_bytes_per_s": "gradient bytes per second of a worker's CPU per step beyond its fixed part",
-    "server_cpu_per_step_s": "CPU a shard spends per worker step, fixed part (feeds the CPU centre)",
-    "server_cpu_bytes_per_s": "gradient bytes per second of the shards' CPU per step beyond the fixed part",
-    "worker_cpu_per_step_s": "CPU a worker burns per step on RPC and serialisation (feeds the CPU centre)",
-    "server_copy_bytes_per_s": "rate at which a shard copies its parameters for a pull (default: the apply rate)",
-    "nodes": "number of nodes in the cluster (default 1, or len(identity['nodes']))",
-    "actor_setup_s": "time to start one actor; setup is modelled only when present",
-}
 
 
 def _value(choice: Any) -> str:
@@ -50,14 +45,9 @@ def _value(choice: Any) -> str:
     return str(getattr(choice, "value", choice))
 
 
-def _extra(profile: HardwareProfile, key: str) -> Optional[float]:
-    value = profile.extra.get(key)
-    return None if value is None else float(value)
-
-
 def node_count(profile: HardwareProfile) -> int:
-    """Nodes of the profiled cluster: extra['nodes'], else the length of identity['nodes'], else 1."""
-    nodes = _extra(profile, "nodes")
+    """Nodes of the profiled cluster: ``profile.nodes``, else the length of identity['nodes'], else 1."""
+    nodes = profile.nodes
     if nodes is None:
         listed = profile.identity.get("nodes")
         nodes = len(listed) if isinstance(listed, (list, tuple)) else (listed if isinstance(listed, int) else 1)
@@ -187,50 +177,105 @@ def transfer_seconds(nbytes: float, servers: int, profile: HardwareProfile, band
     """A worker's side of one push or pull of ``nbytes`` split over ``servers`` shards:
     one call latency (the S calls overlap), the object store's fixed cost for each slice
     too large to go inline, and the bytes at the transfer bandwidth."""
-    store = _extra(profile, "object_store_call_s") or 0.0
+    store = profile.object_store_call_s
     slices = servers if nbytes / servers > INLINE_BYTES else 0
     return profile.actor_call_latency_s + slices * store + nbytes / bandwidth
 
 
 def _per_step_cpu(profile: HardwareProfile, role: str, nbytes: float, actors: int) -> Optional[float]:
-    """Calibrated CPU per worker step of the ``role``'s processes: a fixed part per actor
+    """Schema 1's CPU per worker step of the ``role``'s processes: a fixed part per actor
     involved plus the gradient bytes at the calibrated rate; None when not calibrated."""
-    fixed = _extra(profile, f"{role}_cpu_per_step_s")
+    line = profile.step_cpu
+    fixed = None if line is None else (line.worker_per_step_s if role == "worker" else line.server_per_step_s)
     if fixed is None:
         return None
-    rate = _extra(profile, f"{role}_cpu_bytes_per_s")
+    rate = line.worker_bytes_per_s if role == "worker" else line.server_bytes_per_s
     return actors * fixed + (nbytes / rate if rate else 0.0)
 
 
-def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
-    """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
+def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dict[str, Any]:
+    """The per-call terms read on the calibrated curves at the config's gradient size.
+
+    The push and pull a worker sees alone are measured whole; a shard's service is its CPU
+    per call (the apply and the copy are inside it, under its lock and its GIL), and the
+    worker's own side of the call (t_push, t_pull) is the rest. Every process's CPU per
+    step (worker, and each of the S shards) feeds the CPU centre; the step's untimed rest
+    (producing and slicing the gradient) is the worker's extra work."""
+    m, s, k = config.gradient_bytes, config.servers, config.pull_every
+    part = m / s
+    push, pull = costs.worker_push_s.at(m), costs.worker_pull_s.at(m)
+    apply_cal = costs.apply_s.at(part)
+    # A shard's service can't be shorter than its apply nor longer than the call it serves.
+    s_push = min(push, max(apply_cal, costs.shard_push_cpu_s.at(part)))
+    s_pull = min(pull, costs.shard_pull_cpu_s.at(part))
+    remote = _transfer_bytes_per_s(config, profile)
+    # Across nodes the bytes travel at the remote bandwidth instead of the local one.
+    extra_net = m / remote - m / profile.transfer_bytes_per_s_local if remote != profile.transfer_bytes_per_s_local \
+        else 0.0
+    gap = costs.step_gap_s.at(m)
+    worker_cpu = costs.worker_push_cpu_s.at(m) + costs.worker_pull_cpu_s.at(m) / k
+    # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
+    shards_cpu = s * (costs.shard_push_cpu_s.at(part) + costs.shard_pull_cpu_s.at(part) / k)
+    emulated = float(getattr(config, "apply_seconds", 0.0)) / s
+    return dict(push_transfer_s=push - s_push + extra_net, pull_transfer_s=pull - s_pull + extra_net,
+                push_service_s=s_push + emulated, apply_s=apply_cal + emulated, pull_service_s=s_pull,
+                worker_cpu_s=max(0.0, worker_cpu - gap), worker_extra_s=gap, server_cpu_s=shards_cpu)
+
+
+def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:
+    """The per-call terms from schema 1's scalar figures (a profile without curves)."""
     m, s = config.gradient_bytes, config.servers
     bandwidth = _transfer_bytes_per_s(config, profile)
     transfer = transfer_seconds(m, s, profile, bandwidth)
     # The emulated part of an update (``apply_seconds``, slept under the shard's lock) is
     # split over the shards like the gradient.
     apply_s = (m / s) / profile.server_apply_bytes_per_s + float(getattr(config, "apply_seconds", 0.0)) / s
-    fill_rate = _extra(profile, "gradient_fill_bytes_per_s")
-    copy_rate = _extra(profile, "server_copy_bytes_per_s") or profile.server_apply_bytes_per_s
+    fill_rate = profile.gradient_fill_bytes_per_s
+    copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
+    return dict(push_transfer_s=transfer, pull_transfer_s=transfer,
+                push_service_s=profile.server_call_overhead_s + apply_s, apply_s=apply_s,
+                pull_service_s=profile.server_call_overhead_s + (m / s) / copy_rate,
+                # A worker calls every shard to push and to pull: its fixed CPU per step grows with S.
+                worker_cpu_s=_per_step_cpu(profile, "worker", m, s),
+                worker_extra_s=m / fill_rate if fill_rate else 0.0,
+                server_cpu_s=_per_step_cpu(profile, "server", m, s) or 0.0)
+
+
+def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
+    """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
+    costs = profile.call_costs_for(config.servers)
+    calls = _curve_terms(config, profile, costs) if costs is not None else _scalar_terms(config, profile)
     read_s, read_alphas = _read_terms(config, profile)
     mode = _value(config.compute.mode)
     return StepTerms(
-        workers=config.workers, servers=s, pull_every=config.pull_every,
+        workers=config.workers, servers=config.servers, pull_every=config.pull_every,
         sync=_value(config.sync) == "sync",
         compute_s=_compute_s(config, profile), compute_on_cpu=mode in ("spin", "matmul"),
         jitter_distribution=_value(config.compute.jitter.distribution), jitter_cv=float(config.compute.jitter.cv),
         read_s=read_s, read_rate_multipliers=read_alphas,
-        push_transfer_s=transfer, pull_transfer_s=transfer,
-        push_service_s=profile.server_call_overhead_s + apply_s, apply_s=apply_s,
-        pull_service_s=profile.server_call_overhead_s + (m / s) / copy_rate,
-        # A worker calls every shard to push and to pull: its fixed CPU per step grows with S.
-        worker_cpu_s=_per_step_cpu(profile, "worker", m, s),
         cores=profile.cores_per_node * node_count(profile),
-        setup_per_actor_s=_extra(profile, "actor_setup_s"),
-        worker_extra_s=m / fill_rate if fill_rate else 0.0,
-        server_cpu_s=_per_step_cpu(profile, "server", m, s) or 0.0,
+        setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
+        **calls,
     )
+
+
+def extrapolated(config: Any, profile: HardwareProfile) -> tuple[str, ...]:
+    """The per-call figures a prediction of ``config`` reads outside their calibrated range,
+    as ``"<figure> at <bytes> B (calibrated <lo>..<hi> B)"`` (a shard's figures at its slice),
+    plus ``"shards"`` when the config has more shards than any calibrated count. Empty when
+    every figure is interpolated, or when the profile has no curves (nothing to flag)."""
+    costs = profile.call_costs_for(config.servers)
+    if costs is None:
+        return ()
+    out = []
+    for name in CALL_COST_CURVES:
+        curve, at = getattr(costs, name), CallCosts.read_bytes(name, config.gradient_bytes, config.servers)
+        if not curve.covers(at):
+            out.append(f"{name} at {at:.0f} B (calibrated {curve.lo_bytes:.0f}..{curve.hi_bytes:.0f} B)")
+    if config.servers > max(c.shards for c in profile.call_costs):
+        out.append(f"shards: {config.servers} (calibrated {', '.join(str(c.shards) for c in profile.call_costs)})")
+    return tuple(out)
 
 
 def init_read_bytes(config: Any, workers: float) -> float:

@@ -132,3 +132,19 @@ def test_calibration_is_cached_per_machine(ray_local, cache_dir):
     assert load_profile(path) == fresh
     cached, _, reused4 = calibrate(with_disk=False, quick=True)
     assert reused4 and cached == fresh
+
+
+def test_calibration_measures_per_call_curves_across_sizes_and_shards(ray_local, cache_dir):
+    from testbed.calibration.costs import SHARDS, SIZES_BYTES
+    from testbed.model.curves import CALL_COST_CURVES
+    profile, _, _ = calibrate(with_disk=False, quick=True)
+    assert [c.shards for c in profile.call_costs] == list(SHARDS)
+    for costs in profile.call_costs:
+        for name in CALL_COST_CURVES:
+            curve = getattr(costs, name)
+            assert len(curve.points) == len(SIZES_BYTES), name
+            assert curve.hi_bytes / curve.lo_bytes == SIZES_BYTES[-1] / SIZES_BYTES[0], name
+        # moving 32 MiB costs more than moving 4 KiB, on both sides of the call
+        assert costs.worker_push_s.at(SIZES_BYTES[-1]) > costs.worker_push_s.at(SIZES_BYTES[0])
+        assert costs.apply_s.points[-1][1] > costs.apply_s.points[0][1]
+    assert profile.reference_curves is not None and len(profile.reference_curves.copy_s.points) == len(SIZES_BYTES)

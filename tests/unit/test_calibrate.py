@@ -51,4 +51,68 @@ def test_profile_round_trips_through_json(tmp_path):
     ident = machine_identity(NODES, None)
     path = save_profile(profile(ident), tmp_path / "p.json")
     data = json.loads(path.read_text())
-    assert data["schema_version"] == 1 and data["disk"]["seq_read_bytes_per_s"] == {"1": 5e8, "2": 9e8}
+    assert data["schema_version"] == 2 and data["disk"]["seq_read_bytes_per_s"] == {"1": 5e8, "2": 9e8}
+
+
+def columns(steps, push_ms, pull_ms, gap_ms, pull_every=1, compute_ms=20.0, shards=1):
+    """Event columns of a one-worker run laid out step by step, as the actors record them."""
+    cols = {k: [] for k in ("role", "phase", "step", "start_ns", "duration_ns")}
+
+    def add(role, phase, step, start, dur_ms):
+        for k, v in zip(cols, (role, phase, step, int(start), int(dur_ms * 1e6))):
+            cols[k].append(v)
+    t = 0.0
+    for s in range(steps):
+        add("worker", "compute", s, t, compute_ms)
+        t += compute_ms * 1e6
+        add("worker", "push", s, t, push_ms)
+        for _ in range(shards):
+            add("server", "apply", s, t, 0.5)
+        t += push_ms * 1e6
+        if (s + 1) % pull_every == 0:
+            add("worker", "pull", s, t, pull_ms)
+            t += pull_ms * 1e6
+        t += gap_ms * 1e6
+    add("driver", "train", -1, 0, t / 1e6)
+    return cols
+
+
+def test_a_run_point_is_read_from_the_events():
+    from testbed.calibration.costs import point_from_run
+    p = point_from_run(4096, 1, 10, columns(10, 2.0, 1.0, 0.3), {"worker-0": 0.02, "server-0": 0.01})
+    assert (p.pushes, p.pulls) == (10, 10)
+    assert p.push_s == pytest.approx(2e-3) and p.pull_s == pytest.approx(1e-3) and p.apply_s == pytest.approx(5e-4)
+    assert p.step_gap_s == pytest.approx(3e-4)
+    assert (p.worker_cpu_s, p.shard_cpu_s) == (0.02, 0.01)
+
+
+def test_cpu_is_split_between_push_and_pull_by_two_runs():
+    from testbed.calibration.costs import split_per_call
+    # 10 pushes and 10 pulls cost 30 ms; 10 pushes and 1 pull 21 ms: 2 ms per push, 1 per pull
+    assert split_per_call((10, 10, 0.030), (10, 1, 0.021)) == pytest.approx((2e-3, 1e-3))
+    # a pull that travels with the push can't be told apart: all of it is the push's
+    assert split_per_call((10, 0, 0.02), (10, 0, 0.02)) == pytest.approx((2e-3, 0.0))
+
+
+def test_call_costs_from_runs_at_two_shard_counts():
+    from testbed.calibration.costs import call_costs_from_points, point_from_run
+    points = []
+    for size, push in ((4096, 1.0), (2**20, 3.0), (2**24, 9.0)):
+        cpu = lambda pulls: (10 * push + pulls * push / 2) * 1e-3  # noqa: E731 - a pull costs half a push
+        points.append(point_from_run(size, 1, 10, columns(10, push, push, 0.2), {"worker-0": cpu(10),
+                                                                                "server-0": cpu(10) / 2}))
+        points.append(point_from_run(size, 1, 10, columns(10, push, push, 0.2, pull_every=10),
+                                     {"worker-0": cpu(1), "server-0": cpu(1) / 2}))
+        points.append(point_from_run(size, 2, 10, columns(10, 2 * push, push, 0.2, shards=2),
+                                     {"worker-0": 2 * cpu(10), "server-0": cpu(10), "server-1": cpu(10)}))
+    one, two = call_costs_from_points(points)
+    assert (one.shards, two.shards) == (1, 2)
+    assert one.worker_push_cpu_s.at(2**20) == pytest.approx(3e-3)
+    assert one.worker_pull_cpu_s.at(2**20) == pytest.approx(1.5e-3)
+    assert one.shard_push_cpu_s.at(2**20) == pytest.approx(1.5e-3)
+    assert one.worker_push_s.at(2**20) == pytest.approx(3e-3) and one.step_gap_s.at(2**20) == pytest.approx(2e-4)
+    # two shards: a shard's figures are at its slice, split in the one-shard ratio
+    assert two.shard_push_cpu_s.lo_bytes == 2048
+    assert two.worker_push_s.at(2**24) == pytest.approx(18e-3)
+    w_push, w_pull = two.worker_push_cpu_s.at(2**20), two.worker_pull_cpu_s.at(2**20)
+    assert w_push == pytest.approx(2 * w_pull) and 10 * (w_push + w_pull) == pytest.approx(2 * 0.045)

@@ -17,6 +17,7 @@ import pytest
 
 from testbed.config.errors import UserError
 from testbed.model import Bound, ModelFamily, init_seconds, predict, predict_all, step_terms
+from testbed.model.profile import StepCpuLine
 from tests import factories
 from tests.factories import MS
 from tests.factories import config_fields as config
@@ -185,17 +186,17 @@ def test_cpu_centre_only_when_calibrated():
     cfg = config(workers=32, gradient_bytes=100)
     cheap_server = dict(server_call_overhead_s=0.05 * MS)  # D = 0.3 ms: the server is not the limit
     without = predict(cfg, profile(**cheap_server), ModelFamily.QUEUEING)
-    with_cpu = predict(cfg, profile(**cheap_server, extra={"worker_cpu_per_step_s": 1.5 * MS}), ModelFamily.QUEUEING)
+    with_cpu = predict(cfg, profile(**cheap_server, step_cpu=StepCpuLine(1.5 * MS)), ModelFamily.QUEUEING)
     # 32 workers x 1.5 ms of RPC work on 2 cores: a step can't be shorter than 24 ms
     assert without.step_s < 20 * MS
     assert with_cpu.step_s >= 24 * MS and with_cpu.bound is Bound.COMPUTE
     one = config(workers=1, gradient_bytes=100)
-    assert predict(one, profile(extra={"worker_cpu_per_step_s": 1.5 * MS})).step_s == pytest.approx(
+    assert predict(one, profile(step_cpu=StepCpuLine(1.5 * MS))).step_s == pytest.approx(
         predict(one, profile()).step_s)  # alone, the RPC work only moves from delay to centre
 
 
 def test_remote_bandwidth_when_spread_over_nodes():
-    two_nodes = profile(transfer_bytes_per_s_remote=0.5e6, extra={"nodes": 2})
+    two_nodes = profile(transfer_bytes_per_s_remote=0.5e6, nodes=2)
     spread = config(placement={"strategy": "spread"})
     assert step_terms(spread, two_nodes).push_transfer_s == pytest.approx(3 * MS)
     assert step_terms(config(), two_nodes).push_transfer_s == pytest.approx(2 * MS)

@@ -12,7 +12,7 @@ from testbed.cli.predict import format_table, write_csv
 from testbed.config.errors import UserError
 from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict, scaling_curve, step_terms
-from testbed.model.profile import save_profile
+from testbed.model.profile import StepCpuLine, save_profile
 from testbed.model.sweep import CSV_COLUMNS, parse_models, predict_spec
 from tests.factories import profile
 
@@ -93,7 +93,7 @@ configs = st.fixed_dictionaries({
 profiles = st.builds(
     lambda apply_bw, overhead, latency, bw, cpu: profile(
         server_apply_bytes_per_s=apply_bw, server_call_overhead_s=overhead, actor_call_latency_s=latency,
-        transfer_bytes_per_s_local=bw, extra={} if cpu is None else {"worker_cpu_per_step_s": cpu}),
+        transfer_bytes_per_s_local=bw, step_cpu=None if cpu is None else StepCpuLine(cpu)),
     st.floats(1e6, 1e10), st.floats(0.0, 1e-3), st.floats(0.0, 1e-3), st.floats(1e6, 1e10),
     st.one_of(st.none(), st.floats(0.0, 1e-3)))
 

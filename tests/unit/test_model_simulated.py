@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from testbed.config.spec import ConfigFields
 from testbed.model import Centre, ModelFamily, init_seconds, predict, solve_mva, step_terms
-from testbed.model.profile import DiskProfile, HardwareProfile
+from testbed.model.profile import DiskProfile, HardwareProfile, StepCpuLine, migrate_v1
 from testbed.model.simfamily import sim_spec
 from testbed.model.simkit import SharedRate, cores_rate
 from testbed.model.simulation import simulate
@@ -25,7 +25,12 @@ from testbed.model.simulation import simulate
 MS = 1e-3
 
 
-def profile(**changes) -> HardwareProfile:
+def profile(extra: dict | None = None, **changes) -> HardwareProfile:
+    """Round figures; ``extra`` takes schema 1's figure names (migrated as an old profile is)."""
+    typed = {k: v for k, v in migrate_v1({"extra": extra or {}}).items() if k != "schema_version"}
+    if "step_cpu" in typed:
+        typed["step_cpu"] = StepCpuLine(**typed["step_cpu"])
+    changes = {**typed, **changes}
     base = dict(identity={}, cores_per_node=64, server_apply_bytes_per_s=1e6, server_call_overhead_s=MS,
                 actor_call_latency_s=MS, transfer_bytes_per_s_local=1e6, flops_per_s=1e9,
                 disk=DiskProfile(seq_read_bytes_per_s={1: 1e6, 2: 1.5e6, 4: 2e6}, block_bytes=4096))

@@ -109,7 +109,7 @@ def test_the_renderer_formats_every_cell_type_and_says_when_a_table_is_empty():
 
 def test_profile_rows_list_every_figure_once_in_its_unit_and_survive_new_fields():
     p = factories.profile(identity={"cpu_model": "Imaginary CPU", "nodes": [{}, {}]}, flops_per_s=2e10,
-                          extra={"object_store_call_s": 2e-3}, setup_s_by_actors={2: 0.5, 8: 1.5},
+                          object_store_call_s=2e-3, setup_s_by_actors={2: 0.5, 8: 1.5},
                           created="2026-01-01T00:00:00+00:00")
     rows = dict(profile_rows(p))
     assert len(rows) == len(profile_rows(p))  # no figure twice

@@ -1,0 +1,207 @@
+"""Per-call costs across gradient sizes, from single-worker runs of the testbed itself.
+
+For every size in ``SIZES_BYTES`` (4 KiB to 32 MiB) and every shard count in ``SHARDS``,
+one worker runs a short config through ``testbed.runner.run.run_config`` with sleep
+compute (as a worker computes between calls), and the run's own timing events and each
+actor's CPU time give the curves of ``CallCosts``: the push and the pull as the worker saw
+them, the shard's apply, the step's untimed rest, and each process's CPU. Because they come
+from the real actors, a change of the step protocol shows in the curves without new code.
+
+CPU time is per process, not per call, so the split between a push and a pull comes from
+two runs at one shard that differ only in how often they pull (every step, and once at
+the end): CPU = pushes x per_push + pulls x per_pull, solved for both. At other shard counts
+one run per size is split in the one-shard ratio at the same size.
+
+``run_point`` needs Ray; ``point_from_run`` and ``call_costs_from_points`` are pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from testbed.model.curves import CallCosts, SizeCurve
+
+__all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
+           "measure_call_costs", "STEP_PAUSE_S"]
+
+KIB, MIB = 2**10, 2**20
+# Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
+# transfers that outgrow the caches.
+SIZES_BYTES = (4 * KIB, 64 * KIB, 512 * KIB, 2 * MIB, 8 * MIB, 32 * MIB)
+SHARDS = (1, 2)
+# The compute time of the calibration runs: a typical per-step compute time.
+STEP_PAUSE_S = 0.02
+WARMUP_STEPS = 2  # the first steps map memory and warm caches: left out of the event means
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPoint:
+    """What one single-worker calibration run measured (seconds; CPU totals over training)."""
+    gradient_bytes: int
+    shards: int
+    steps: int
+    pushes: int
+    pulls: int
+    push_s: float            # mean push event
+    pull_s: float            # mean pull event (0 when the run had none)
+    apply_s: float           # mean apply event over the shards
+    step_gap_s: float        # per step: train time minus the timed phases
+    worker_cpu_s: float      # the worker process's CPU during training
+    shard_cpu_s: float       # one shard process's CPU during training (mean over shards)
+
+
+def _trimmed_mean(durations: list[float], cut: float = 0.1) -> float:
+    """The mean without the top and bottom ``cut`` of the events: a call preempted by an
+    unrelated process on a shared machine is not a cost of the call."""
+    if not durations:
+        return 0.0
+    xs = np.sort(np.asarray(durations, dtype=float))
+    k = int(len(xs) * cut)
+    return float(np.mean(xs[k:len(xs) - k] if len(xs) > 2 * k else xs))
+
+
+def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[str, list],
+                   train_cpu_s: dict[str, float]) -> RunPoint:
+    """A ``RunPoint`` from a run's event columns and its actors' training CPU."""
+    by: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for role, phase, step, dur in zip(columns["role"], columns["phase"], columns["step"], columns["duration_ns"]):
+        by.setdefault((role, phase), []).append((int(step), dur / 1e9))
+
+    def events(role: str, phase: str, warm: bool = True) -> list[float]:
+        rows = by.get((role, phase), [])
+        kept = [d for s, d in rows if not warm or s >= WARMUP_STEPS]
+        return kept or [d for _, d in rows]
+
+    pushes, pulls = len(by.get(("worker", "push"), [])), len(by.get(("worker", "pull"), []))
+    push_s, pull_s = _trimmed_mean(events("worker", "push")), _trimmed_mean(events("worker", "pull"))
+    gap = _step_gap_s(columns)
+    shard_cpu = [v for k, v in train_cpu_s.items() if k.startswith("server-")]
+    return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
+                    _trimmed_mean(events("server", "apply")), gap,
+                    float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0)
+
+
+def _step_gap_s(columns: dict[str, list]) -> float:
+    """Mean time per step that no worker event covers (producing and slicing the gradient,
+    the loop itself): from one compute's start to the next, less that step's events; the
+    warm-up steps are left out, as in the event means."""
+    starts: dict[int, int] = {}
+    timed: dict[int, float] = {}
+    for role, phase, step, start, dur in zip(columns["role"], columns["phase"], columns["step"],
+                                             columns["start_ns"], columns["duration_ns"]):
+        if role != "worker" or phase not in ("read", "compute", "push", "pull", "barrier"):
+            continue
+        timed[int(step)] = timed.get(int(step), 0.0) + dur
+        if phase == "compute":
+            starts[int(step)] = int(start)
+    gaps = [(starts[s + 1] - starts[s] - timed[s]) / 1e9 for s in sorted(starts)
+            if s >= WARMUP_STEPS and s + 1 in starts]
+    return max(0.0, _trimmed_mean(gaps))
+
+
+def split_per_call(a: tuple[int, int, float], b: tuple[int, int, float]) -> tuple[float, float]:
+    """(per push, per pull) from two runs' (pushes, pulls, CPU): CPU = pushes p + pulls q.
+    When the runs can't separate them (the same pull ratio, as when a pull travels with the
+    push), everything is the push's; negative solutions are clipped to 0."""
+    (n1, m1, c1), (n2, m2, c2) = a, b
+    det = n1 * m2 - n2 * m1
+    if abs(det) < 1e-9 * max(1, n1 * m2):
+        return (c1 + c2) / max(1, n1 + n2), 0.0
+    p, q = (c1 * m2 - c2 * m1) / det, (n1 * c2 - n2 * c1) / det
+    if q < 0:
+        return (c1 + c2) / (n1 + n2), 0.0
+    if p < 0:
+        return 0.0, (c1 + c2) / max(1, m1 + m2)
+    return p, q
+
+
+def _curve(rows: list[tuple[float, float]]) -> SizeCurve:
+    return SizeCurve(tuple(rows))
+
+
+def call_costs_from_points(points: list[RunPoint]) -> tuple[CallCosts, ...]:
+    """The curves of every calibrated shard count. ``points`` holds, per size, a run pulling
+    every step at each shard count and, at one shard, a second run pulling once."""
+    one = {}
+    for size in sorted({p.gradient_bytes for p in points if p.shards == 1}):
+        runs = sorted((p for p in points if p.shards == 1 and p.gradient_bytes == size), key=lambda p: -p.pulls)
+        every, rare = runs[0], runs[-1]
+        worker = split_per_call((every.pushes, every.pulls, every.worker_cpu_s), (rare.pushes, rare.pulls, rare.worker_cpu_s))
+        shard = split_per_call((every.pushes, every.pulls, every.shard_cpu_s), (rare.pushes, rare.pulls, rare.shard_cpu_s))
+        one[size] = (every, worker, shard)
+    out = []
+    for shards in sorted({p.shards for p in points}):
+        rows = []
+        for size in sorted({p.gradient_bytes for p in points if p.shards == shards}):
+            if shards == 1:
+                run, worker, shard = one[size]
+            else:
+                run = max((p for p in points if p.shards == shards and p.gradient_bytes == size), key=lambda p: p.pulls)
+                # Split each process's CPU in the one-shard ratio at this size (its slice for a shard).
+                _, w1, _ = one[size]
+                s1 = _at_ratio(one, size / shards)
+                worker = _split_like(run.worker_cpu_s, run.pushes, run.pulls, w1)
+                shard = _split_like(run.shard_cpu_s, run.pushes, run.pulls, s1)
+            rows.append((size, run, worker, shard))
+        part = lambda size: size / shards  # noqa: E731 - a shard's figures are read at its slice
+        out.append(CallCosts(
+            shards=shards,
+            worker_push_s=_curve([(s, r.push_s) for s, r, _, _ in rows]),
+            worker_pull_s=_curve([(s, r.pull_s) for s, r, _, _ in rows]),
+            worker_push_cpu_s=_curve([(s, w[0]) for s, _, w, _ in rows]),
+            worker_pull_cpu_s=_curve([(s, w[1]) for s, _, w, _ in rows]),
+            shard_push_cpu_s=_curve([(part(s), h[0]) for s, _, _, h in rows]),
+            shard_pull_cpu_s=_curve([(part(s), h[1]) for s, _, _, h in rows]),
+            apply_s=_curve([(part(s), r.apply_s) for s, r, _, _ in rows]),
+            step_gap_s=_curve([(s, r.step_gap_s) for s, r, _, _ in rows])))
+    return tuple(out)
+
+
+def _at_ratio(one: dict[int, Any], slice_bytes: float) -> tuple[float, float]:
+    """The one-shard shard split (per push, per pull) at ``slice_bytes``, on its curve."""
+    sizes = sorted(one)
+    push = SizeCurve(tuple((s, one[s][2][0]) for s in sizes)).at(slice_bytes)
+    pull = SizeCurve(tuple((s, one[s][2][1]) for s in sizes)).at(slice_bytes)
+    return push, pull
+
+
+def _split_like(cpu_s: float, pushes: int, pulls: int, ratio: tuple[float, float]) -> tuple[float, float]:
+    """Split ``cpu_s`` over the calls so that per_push : per_pull is ``ratio``'s."""
+    p, q = ratio
+    weight = pushes * p + pulls * q
+    if weight <= 0:
+        return cpu_s / max(1, pushes), 0.0
+    scale = cpu_s / weight
+    return p * scale, q * scale
+
+
+def _steps(nbytes: int, quick: bool) -> int:
+    steps = 30 if nbytes <= 512 * KIB else (20 if nbytes <= 8 * MIB else 16)
+    return max(8, steps // 2) if quick else steps
+
+
+def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int) -> RunPoint:
+    """One single-worker run of the testbed (needs Ray); ``pull_every`` None: pull once, at the end."""
+    from testbed.config.spec import expand, parse_spec
+    from testbed.runner.run import run_config
+
+    cfg = expand(parse_spec({"name": "calibrate", "gradient_bytes": nbytes, "servers": shards,
+                             "pull_every": pull_every or steps, "workload": {"steps": steps},
+                             "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
+    outcome = run_config(cfg, 0, "calibrate")
+    return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s)
+
+
+def measure_call_costs(quick: bool, progress: Callable[[str], None]) -> tuple[tuple[CallCosts, ...], list[RunPoint]]:
+    """Run the sweep on the Ray this process is connected to; returns the curves and the runs."""
+    points = []
+    for nbytes in SIZES_BYTES:
+        steps = _steps(nbytes, quick)
+        progress(f"per-call costs at {nbytes // KIB} KiB")
+        for shards in SHARDS:
+            points.append(run_point(nbytes, shards, 1, steps))
+        points.append(run_point(nbytes, 1, None, steps))
+    return call_costs_from_points(points), points

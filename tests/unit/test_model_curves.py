@@ -1,0 +1,199 @@
+"""Per-call cost curves: interpolation, the extrapolation flag, the profile's schema migration,
+and the model reading the curves at the config's size."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.config.errors import UserError
+from testbed.config.spec import ConfigFields
+from testbed.model import ModelFamily, extrapolated, predict, step_terms
+from testbed.model.curves import CALL_COST_CURVES, CallCosts, SizeCurve, leave_one_out_residuals
+from testbed.model.profile import PROFILE_SCHEMA_VERSION, HardwareProfile, StepCpuLine, load_profile, save_profile
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+KIB, MIB, MS = 2**10, 2**20, 1e-3
+SIZES = (4 * KIB, 64 * KIB, 512 * KIB, 2 * MIB, 8 * MIB, 32 * MIB)
+
+
+def test_curve_is_exact_at_its_points_and_linear_between():
+    curve = SizeCurve(((4096, 1e-3), (1 * MIB, 2e-3), (4 * MIB, 8e-3)))
+    for b, s in curve.points:
+        assert curve.at(b) == pytest.approx(s)
+    assert curve.at((1 * MIB + 4 * MIB) / 2) == pytest.approx(5e-3)   # halfway in bytes
+    assert curve.at(2 * MIB) == pytest.approx(2e-3 + 6e-3 / 3)
+    assert curve.covers(4096) and curve.covers(3 * MIB) and not curve.covers(8 * MIB) and not curve.covers(1024)
+    # beyond the range: along the nearest end segment, never below 0
+    assert curve.at(7 * MIB) == pytest.approx(8e-3 + 3 * 2e-3)
+    assert curve.at(1) >= 0
+    # log-log interpolation: a geometric mean halfway in log bytes
+    assert curve.at(2 * MIB, scale="loglog") == pytest.approx((2e-3 * 8e-3) ** 0.5)
+
+
+def test_curve_checks_its_points():
+    with pytest.raises(ValueError, match="at least one"):
+        SizeCurve(())
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        SizeCurve(((4096, -1.0),))
+    with pytest.raises(ValueError, match="twice"):
+        SizeCurve(((4096, 1.0), (4096.0, 2.0)))
+    assert SizeCurve(((2.0, 1.0), (1.0, 0.5))).points == ((1.0, 0.5), (2.0, 1.0))  # sorted
+
+
+def test_leave_one_out_residuals_favour_the_interpolation_that_fits():
+    line = SizeCurve(tuple((b, 1e-3 + b / 1e9) for b in SIZES))
+    linear = leave_one_out_residuals(line, "linear")
+    loglog = leave_one_out_residuals(line, "loglog")
+    assert len(linear) == len(SIZES) - 2
+    assert max(abs(e) for _, e in linear) < 1e-9 < max(abs(e) for _, e in loglog)
+
+
+def costs(shards: int = 1, push_factor=lambda b: 1.0, sizes=SIZES) -> CallCosts:
+    """Curves of a plain machine: 1 ms per call plus 1 ns per byte, measured at ``sizes``
+    (a shard's figures at its slice of each size)."""
+    def curve(fixed_s, per_byte_s, part=1, factor=lambda b: 1.0):
+        return SizeCurve(tuple((b / part, (fixed_s + per_byte_s * b / part) * factor(b)) for b in sizes))
+    return CallCosts(shards=shards, worker_push_s=curve(1 * MS, 1e-9, factor=push_factor),
+                     worker_pull_s=curve(1 * MS, 1e-9), worker_push_cpu_s=curve(0.4 * MS, 0.2e-9),
+                     worker_pull_cpu_s=curve(0.2 * MS, 0.2e-9), shard_push_cpu_s=curve(0.3 * MS, 0.3e-9, shards),
+                     shard_pull_cpu_s=curve(0.2 * MS, 0.2e-9, shards), apply_s=curve(0.01 * MS, 0.1e-9, shards),
+                     step_gap_s=curve(0.1 * MS, 0.05e-9))
+
+
+def profile(*call_costs: CallCosts, **changes) -> HardwareProfile:
+    base = dict(identity={}, cores_per_node=2, server_apply_bytes_per_s=1e9, server_call_overhead_s=1e-4,
+                actor_call_latency_s=5e-4, transfer_bytes_per_s_local=1e9, call_costs=call_costs)
+    base.update(changes)
+    return HardwareProfile(**base)
+
+
+def config(**fields) -> ConfigFields:
+    base = {"workers": 1, "gradient_bytes": 4 * MIB, "compute": {"seconds": 0.02}, "workload": {"steps": 10}}
+    base.update(fields)
+    return ConfigFields.model_validate(base)
+
+
+def test_one_worker_push_and_pull_are_the_calibrated_curves():
+    p = profile(costs())
+    pred = predict(config(), p, ModelFamily.QUEUEING)
+    push, pull = 1 * MS + 4 * MIB * 1e-9, 1 * MS + 4 * MIB * 1e-9
+    assert pred.push_s == pytest.approx(push) and pred.pull_s == pytest.approx(pull)
+    assert pred.apply_s == pytest.approx(0.01 * MS + 4 * MIB * 0.1e-9)
+    gap = 0.1 * MS + 4 * MIB * 0.05e-9
+    assert pred.step_s == pytest.approx(0.02 + push + pull + gap)
+    t = step_terms(config(), p)
+    # the shard's CPU per push is its service; the worker's side is the rest of the push
+    assert t.push_service_s == pytest.approx(0.3 * MS + 4 * MIB * 0.3e-9)
+    assert t.push_transfer_s + t.push_service_s == pytest.approx(push)
+    # every process's CPU per step feeds the CPU centre, once
+    cpu = (0.4 + 0.2) * MS + 4 * MIB * 0.4e-9 + (0.3 + 0.2) * MS + 4 * MIB * 0.5e-9
+    assert t.rpc_cpu_s == pytest.approx(cpu)
+
+
+def test_a_curve_that_doubles_the_push_at_4_mib_doubles_the_predicted_push():
+    sizes = (4 * KIB, 64 * KIB, 512 * KIB, 2 * MIB, 4 * MIB, 8 * MIB, 32 * MIB)
+    plain = predict(config(), profile(costs(sizes=sizes)))
+    doubled = predict(config(), profile(costs(sizes=sizes, push_factor=lambda b: 2.0 if b == 4 * MIB else 1.0)))
+    assert doubled.push_s == pytest.approx(2 * plain.push_s)
+    assert doubled.pull_s == pytest.approx(plain.pull_s)
+    assert doubled.step_s == pytest.approx(plain.step_s + plain.push_s)
+    # halfway between 4 and 8 MiB the push is halfway between double and single
+    six = config(gradient_bytes=6 * MIB)
+    single = 1 * MS + 8 * MIB * 1e-9
+    assert predict(six, profile(costs(sizes=sizes, push_factor=lambda b: 2.0 if b == 4 * MIB else 1.0))).push_s \
+        == pytest.approx((2 * (1 * MS + 4 * MIB * 1e-9) + single) / 2)
+
+
+def test_pull_every_k_divides_the_pull_cpu():
+    t1, t4 = step_terms(config(), profile(costs())), step_terms(config(pull_every=4), profile(costs()))
+    pull_cpu = 0.2 * MS + 4 * MIB * 0.2e-9
+    assert t1.worker_cpu_s + t1.worker_extra_s - (t4.worker_cpu_s + t4.worker_extra_s) == pytest.approx(
+        pull_cpu * 3 / 4)
+
+
+def test_shard_figures_are_read_at_the_slice_and_the_nearest_shard_count():
+    p = profile(costs(1), costs(2))
+    two = step_terms(config(servers=2), p)
+    assert two.apply_s == pytest.approx(0.01 * MS + 2 * MIB * 0.1e-9)
+    assert p.call_costs_for(4).shards == 2 and p.call_costs_for(1).shards == 1
+
+
+def test_extrapolated_figures_are_named():
+    p = profile(costs(1), costs(2))
+    assert extrapolated(config(), p) == ()
+    big = extrapolated(config(gradient_bytes=64 * MIB), p)
+    assert {f.split(" ")[0] for f in big} == set(CALL_COST_CURVES)
+    assert "worker_push_s at 67108864 B (calibrated 4096..33554432 B)" in big
+    # four shards: beyond the calibrated counts, and each slice of 4 KiB is 1 KiB, below the range
+    small = extrapolated(config(gradient_bytes=4 * KIB, servers=4), p)
+    assert any(f.startswith("shards: 4") for f in small)
+    assert any(f.startswith("shard_push_cpu_s at 1024 B") for f in small)
+    assert not any(f.startswith("worker_push_s") for f in small)
+    assert extrapolated(config(gradient_bytes=64 * MIB), profile()) == ()  # no curves: nothing to flag
+
+
+def test_profile_with_curves_round_trips(tmp_path):
+    p = profile(costs(1), costs(2))
+    path = save_profile(p, tmp_path / "p.json")
+    assert json.loads(path.read_text())["schema_version"] == PROFILE_SCHEMA_VERSION == 2
+    assert load_profile(path) == p
+
+
+def test_old_profile_migrates_its_extra_figures():
+    old = json.loads((FIXTURES / "profile-v1.json").read_text())
+    assert old["schema_version"] == 1 and "extra" in old
+    p = load_profile(FIXTURES / "profile-v1.json")
+    extra = old["extra"]
+    assert p.schema_version == 2 and p.call_costs == ()
+    assert p.object_store_call_s == extra["object_store_call_s"]
+    assert p.server_copy_bytes_per_s == extra["server_copy_bytes_per_s"]
+    assert p.gradient_fill_bytes_per_s == extra["gradient_fill_bytes_per_s"]
+    assert p.actor_setup_s == extra["actor_setup_s"] and p.nodes == 1
+    assert p.step_cpu == StepCpuLine(extra["worker_cpu_per_step_s"], extra["worker_cpu_bytes_per_s"],
+                                     extra["server_cpu_per_step_s"], extra["server_cpu_bytes_per_s"])
+    # the old figures still feed the model as they did: the straight line of CPU per step
+    t = step_terms(config(gradient_bytes=1 * MIB), p)
+    assert t.worker_cpu_s == pytest.approx(extra["worker_cpu_per_step_s"] + MIB / extra["worker_cpu_bytes_per_s"])
+
+
+def test_old_profile_with_an_unknown_extra_figure_is_refused(tmp_path):
+    old = json.loads((FIXTURES / "profile-v1.json").read_text())
+    old["extra"]["made_up_s"] = 1.0
+    (tmp_path / "p.json").write_text(json.dumps(old))
+    with pytest.raises(UserError, match="made_up_s"):
+        load_profile(tmp_path / "p.json")
+
+
+def test_typed_figures_check_their_values():
+    with pytest.raises(ValueError, match="object_store_call_s"):
+        profile(object_store_call_s=-1.0)
+    with pytest.raises(ValueError, match="nodes"):
+        profile(nodes=0)
+    with pytest.raises(ValueError, match="worker_per_step_s"):
+        StepCpuLine(worker_per_step_s=-1e-3)
+    with pytest.raises(ValueError, match="shards"):
+        CallCosts(0, *(SizeCurve(((4096, 1e-3),)),) * len(CALL_COST_CURVES))
+    with pytest.raises(ValueError, match="twice"):
+        profile(costs(1), costs(1))
+
+
+def test_one_worker_whose_cpu_exceeds_its_whole_step_is_still_predicted_as_calibrated():
+    # 30 ms of shard CPU per pull (it runs on after answering, in parallel with the worker)
+    # against a step of 20 ms compute plus the calls: a lone step is still compute + calls
+    heavy = dataclasses.replace(costs(), shard_pull_cpu_s=SizeCurve(tuple((b, 30 * MS) for b in SIZES)))
+    pred = predict(config(), profile(heavy), ModelFamily.QUEUEING)
+    push, pull, gap = 1 * MS + 4 * MIB * 1e-9, 1 * MS + 4 * MIB * 1e-9, 0.1 * MS + 4 * MIB * 0.05e-9
+    assert pred.step_s == pytest.approx(0.02 + push + pull + gap)
+    assert pred.push_s == pytest.approx(push) and pred.pull_s == pytest.approx(pull)
+    # more CPU per step than two cores deliver in a lone step: the cores bound even one worker
+    heavier = dataclasses.replace(costs(), shard_pull_cpu_s=SizeCurve(tuple((b, 60 * MS) for b in SIZES)))
+    u = step_terms(config(), profile(heavier)).cpu_demand_s
+    assert predict(config(), profile(heavier)).step_s == pytest.approx(
+        u / 2 + step_terms(config(), profile(heavier)).server_demand_s)
+    # and many such workers saturate the two cores: N u / K bounds the step from below
+    many = predict(config(workers=16), profile(heavy), ModelFamily.QUEUEING)
+    assert many.step_s >= 16 * step_terms(config(), profile(heavy)).cpu_demand_s / 2 * 0.999
