@@ -68,7 +68,11 @@ class StepTerms:
     pull_every: int
     sync: bool
     compute_s: float                    # c: mean compute per step (jitter has mean 1)
-    compute_on_cpu: bool                # spin and matmul occupy a core; sleep does not
+    # matmul is a fixed amount of work on a core, stretched when the cores are shared. sleep
+    # takes no core; spin busy-waits until a wall-clock deadline, so sharing never stretches
+    # it: for the analytic families both are delays (spin's hold on a core, which slows the
+    # others' CPU work, is left to the simulated family).
+    compute_on_cpu: bool
     jitter_distribution: str
     jitter_cv: float
     read_s: float                       # r: one step's input read, alone on the disk
@@ -250,7 +254,7 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     return StepTerms(
         workers=config.workers, servers=config.servers, pull_every=config.pull_every,
         sync=_value(config.sync) == "sync",
-        compute_s=_compute_s(config, profile), compute_on_cpu=mode in ("spin", "matmul"),
+        compute_s=_compute_s(config, profile), compute_on_cpu=mode == "matmul",
         jitter_distribution=_value(config.compute.jitter.distribution), jitter_cv=float(config.compute.jitter.cv),
         read_s=read_s, read_rate_multipliers=read_alphas,
         cores=profile.cores_per_node * node_count(profile),

@@ -210,12 +210,21 @@ def test_importing_the_model_does_not_import_ray():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_sync_spin_workers_time_share_the_cores():
-    p = predict(config(workers=8, sync="sync", compute={"mode": "spin", "seconds": 0.01}), profile(),
+def test_sync_matmul_workers_time_share_the_cores():
+    # 1e7 FLOPs at 1 GFLOP/s: 10 ms of work each
+    p = predict(config(workers=8, sync="sync", compute={"mode": "matmul", "flops": 1e7}), profile(),
                 ModelFamily.QUEUEING)
     # 8 x 10 ms of busy CPU on 2 cores take 40 ms; then t_push + t_pull + N D = 4 + 32 ms
     assert p.step_s == pytest.approx(76 * MS)
     assert p.compute_s == pytest.approx(40 * MS)
+
+
+def test_spin_lasts_its_duration_however_many_share_the_cores():
+    # spin busy-waits until a wall-clock deadline: 8 workers on 2 cores still spin 10 ms each
+    p = predict(config(workers=8, sync="sync", compute={"mode": "spin", "seconds": 0.01}), profile(),
+                ModelFamily.QUEUEING)
+    assert p.compute_s == pytest.approx(10 * MS)
+    assert p.step_s == pytest.approx(46 * MS)  # 10 ms, then t_push + t_pull + N D = 4 + 32 ms
 
 
 def test_setup_follows_the_measured_start_up_curve():
