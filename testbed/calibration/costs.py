@@ -25,7 +25,7 @@ import numpy as np
 from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
-           "measure_call_costs", "STEP_PAUSE_S"]
+           "measure_call_costs", "init_call_from_points", "STEP_PAUSE_S"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -51,6 +51,7 @@ class RunPoint:
     step_gap_s: float        # per step: train time minus the timed phases
     worker_cpu_s: float      # the worker process's CPU during training
     shard_cpu_s: float       # one shard process's CPU during training (mean over shards)
+    init_s: float = 0.0      # the driver's init span (nothing to read: the call alone)
 
 
 def _trimmed_mean(durations: list[float], cut: float = 0.1) -> float:
@@ -79,9 +80,18 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
     push_s, pull_s = _trimmed_mean(events("worker", "push")), _trimmed_mean(events("worker", "pull"))
     gap = _step_gap_s(columns)
     shard_cpu = [v for k, v in train_cpu_s.items() if k.startswith("server-")]
+    init = [d for s, d in by.get(("driver", "init"), [])]
     return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
                     _trimmed_mean(events("server", "apply")), gap,
-                    float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0)
+                    float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0,
+                    float(np.median(init)) if init else 0.0)
+
+
+def init_call_from_points(points: list[RunPoint]) -> float | None:
+    """The driver's init call with nothing to read: the median init span of the runs (None
+    when no run recorded one)."""
+    spans = [p.init_s for p in points if p.init_s > 0]
+    return float(np.median(spans)) if spans else None
 
 
 def _step_gap_s(columns: dict[str, list]) -> float:

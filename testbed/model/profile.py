@@ -104,6 +104,7 @@ class HardwareProfile:
     step_cpu: Optional[StepCpuLine] = None   # schema 1's CPU per step (superseded by call_costs)
     nodes: Optional[int] = None              # nodes of the cluster (None: len(identity["nodes"]), else 1)
     actor_setup_s: Optional[float] = None    # starting one more actor (when no start-up curve is known)
+    init_call_s: Optional[float] = None      # the driver's init call with nothing to read (None: L)
     # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
     call_costs: tuple[CallCosts, ...] = ()
     reference_curves: Optional[ReferenceCurves] = None  # microbenchmarks of the same paths, for reference
@@ -123,7 +124,7 @@ class HardwareProfile:
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
         for name in ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-                     "server_copy_bytes_per_s", "actor_setup_s"):
+                     "server_copy_bytes_per_s", "actor_setup_s", "init_call_s"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and value < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -148,7 +149,7 @@ class HardwareProfile:
         """The optional scalar figures that are set, by name (for profile tables)."""
         out = {name: float(getattr(self, name)) for name in (
             "object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-            "server_copy_bytes_per_s", "nodes", "actor_setup_s") if getattr(self, name) is not None}
+            "server_copy_bytes_per_s", "nodes", "actor_setup_s", "init_call_s") if getattr(self, name) is not None}
         if self.step_cpu is not None:
             out.update({f"step_cpu.{f.name}": float(getattr(self.step_cpu, f.name))
                         for f in dataclasses.fields(self.step_cpu) if getattr(self.step_cpu, f.name) is not None})

@@ -38,7 +38,7 @@ from testbed.model.profile import HardwareProfile, interpolate_setup_s
 from testbed.model.simactors import SimSpec
 from testbed.model.simulation import SimResult, simulate, simulate_init
 from testbed.model.stragglers import stragglers
-from testbed.model.terms import StepTerms, init_read_bytes, steps_per_worker
+from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
            "CURVE_BUDGET", "CURVE_POINTS"]
@@ -143,14 +143,16 @@ def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: 
 def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
     ``terms.init_seconds`` reads it)."""
+    # simulate_init charges one call latency for the driver's call: the calibrated one replaces it.
+    driver = init_call_s(profile) - profile.actor_call_latency_s
     if config.workload.dataset_bytes <= 0 or profile.disk is None:
-        return profile.actor_call_latency_s
+        return init_call_s(profile)
     disk = profile.disk
     single = disk.single_stream_bytes_per_s
     top = max(disk.seq_read_bytes_per_s.values()) / single
     return simulate_init(workers, init_read_bytes(config, workers) / single,
                          lambda j: disk.aggregate_bandwidth(j) / single, top,
-                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s)
+                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s) + driver
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

@@ -35,7 +35,7 @@ from testbed.model.curves import CALL_COST_CURVES, CallCosts
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_seconds", "steps_per_worker", "extrapolated",
+    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "steps_per_worker", "extrapolated",
     "transfer_seconds", "INLINE_BYTES", "node_count",
 ]
 
@@ -288,6 +288,13 @@ def init_read_bytes(config: Any, workers: float) -> float:
     return d / workers if _value(config.data.partition) == "shard" else float(d)
 
 
+def init_call_s(profile: HardwareProfile) -> float:
+    """The driver's call that starts init and waits for its end, with nothing to read: measured
+    by calibration (the single-worker runs' init spans: the call reaches the worker host, which
+    starts a thread per hosted worker); one actor-call latency in profiles without it."""
+    return profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
+
+
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
     """The init phase with ``workers`` workers.
 
@@ -295,9 +302,9 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     Otherwise: sequential init takes N V / B(1); parallel init takes N V / B(N), B(N) the
     aggregate bandwidth measured with N concurrent readers.
     """
-    # The driver's call that starts the phase (and waits for its end) costs one call latency
-    # even with nothing to read.
-    call = 0.0 if ideal else profile.actor_call_latency_s
+    # The driver's call that starts the phase (and waits for its end) costs its calibrated
+    # time even with nothing to read.
+    call = 0.0 if ideal else init_call_s(profile)
     if config.workload.dataset_bytes <= 0:
         return call
     disk = _need_disk(profile, "the workload has a data set to read at init")

@@ -73,6 +73,7 @@ def columns(steps, push_ms, pull_ms, gap_ms, pull_every=1, compute_ms=20.0, shar
             add("worker", "pull", s, t, pull_ms)
             t += pull_ms * 1e6
         t += gap_ms * 1e6
+    add("driver", "init", -1, 0, 1.5)
     add("driver", "train", -1, 0, t / 1e6)
     return cols
 
@@ -84,6 +85,21 @@ def test_a_run_point_is_read_from_the_events():
     assert p.push_s == pytest.approx(2e-3) and p.pull_s == pytest.approx(1e-3) and p.apply_s == pytest.approx(5e-4)
     assert p.step_gap_s == pytest.approx(3e-4)
     assert (p.worker_cpu_s, p.shard_cpu_s) == (0.02, 0.01)
+    assert p.init_s == pytest.approx(1.5e-3)  # the driver's init span, nothing to read
+
+
+def test_the_init_call_is_calibrated_and_predicts_an_empty_init():
+    from testbed.calibration.costs import init_call_from_points, point_from_run
+    from testbed.model import ModelFamily, init_seconds, predict
+    points = [point_from_run(4096, 1, 10, columns(10, 2.0, 1.0, 0.3), {}) for _ in range(3)]
+    assert init_call_from_points(points) == pytest.approx(1.5e-3)
+    assert init_call_from_points([]) is None
+    cfg = factories.config_fields(workers=4)
+    prof = factories.profile(init_call_s=4e-3)
+    assert init_seconds(cfg, prof, 4, ideal=False) == pytest.approx(4e-3)  # not the 1 ms call latency
+    assert init_seconds(cfg, factories.profile(), 4, ideal=False) == pytest.approx(1e-3)
+    for family in (ModelFamily.QUEUEING, ModelFamily.SIMULATED):
+        assert predict(cfg, prof, family).init_s == pytest.approx(4e-3)
 
 
 def test_cpu_is_split_between_push_and_pull_by_two_runs():
