@@ -86,6 +86,12 @@ class ParameterServer:
         self.crashed_at: list[int] = []  # versions at which kills happened (a restarted shard does not die again)
         self.lost_updates = 0            # applied, then lost with a crash (not in any checkpoint)
         self.restarts = 0
+        # (worker, step) of the pushes applied since the last checkpoint: a crash loses them. A
+        # push whose reply had not left the process when it died is retried by Ray and applied
+        # again by the restart: then it was not lost after all (``_lost`` holds the candidates).
+        self._since_checkpoint: list[tuple[int, int]] = []
+        self._lost: set[tuple[int, int]] = set()
+        self.retried_after_crash = 0
 
     def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
         """Apply one gradient slice; returns the shard's version after it.
@@ -147,6 +153,11 @@ class ParameterServer:
         self.version += 1
         self.pushes[worker] = self.pushes.get(worker, 0) + 1
         self.last_step[worker] = step
+        self._since_checkpoint.append((worker, step))
+        if (worker, step) in self._lost:  # lost with the crash, then retried: applied after all
+            self._lost.discard((worker, step))
+            self.lost_updates -= 1
+            self.retried_after_crash += 1
         t_end = self.recorder.mono_ns()
         # Recorded under the lock: the recorder's columns must not interleave between threads.
         self.recorder.record(Phase.QUEUE, step, wall_arrive, t_start - t_arrive)
@@ -156,6 +167,7 @@ class ParameterServer:
         if every and self._checkpoint is not None and self.version % every == 0:
             with self.recorder.timed(Phase.CHECKPOINT, step, self.w.nbytes):
                 self._checkpoint(self.state())
+            self._since_checkpoint = []
         if self._waiting:
             self._applied.notify_all()
         return self.version
@@ -216,16 +228,20 @@ class ParameterServer:
         self.crashed_at = list(crash["crashed_at"])
         self.lost_updates = crash["lost_updates"] + crash["version"] - self.version
         self.restarts = crash["restarts"] + 1
+        self.retried_after_crash = crash.get("retried_after_crash", 0)
+        self._lost = {(int(w), int(s)) for w, s in crash.get("since_checkpoint", [])}
 
     def crash_record(self) -> dict[str, Any]:
         """What the restarted shard needs from this one besides the checkpoint."""
         return {"version": self.version, "crashed_at": list(self.crashed_at), "lost_updates": self.lost_updates,
-                "restarts": self.restarts}
+                "restarts": self.restarts, "retried_after_crash": self.retried_after_crash,
+                "since_checkpoint": [list(ws) for ws in self._since_checkpoint]}
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"shard": self.shard, "lo": self.lo, "hi": self.hi, "updates": self.version,
-                    "pushes": dict(self.pushes), "lost_updates": self.lost_updates, "restarts": self.restarts}
+                    "pushes": dict(self.pushes), "lost_updates": self.lost_updates, "restarts": self.restarts,
+                    "retried_after_crash": self.retried_after_crash}
 
     def parameters(self) -> np.ndarray:
         with self._lock:

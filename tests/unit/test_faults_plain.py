@@ -146,6 +146,41 @@ def test_a_killed_shard_loses_exactly_the_updates_since_its_checkpoint(every, up
     np.testing.assert_allclose(holder[0].parameters(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_push_whose_reply_died_with_the_shard_is_applied_again_and_not_counted_lost():
+    # The shard applies (worker 1, step 4) as its 10th update and dies on the 11th push before
+    # that reply leaves the process: Ray retries both, and the restart (from the checkpoint at 8)
+    # applies both again. Only one update is lost: (worker 0, step 4).
+    cfg = config(workers=2, checkpoint_every=4, faults=[{"kind": "kill_server", "shard": 0, "update": 10}])
+    store = {}
+
+    def make():
+        return ParameterServer(shard=0, lo=0, hi=cfg.gradient_elements, seed=cfg.seed,
+                               learning_rate=cfg.learning_rate, recorder=rec("server-0", "server"),
+                               faults=shard_faults(cfg, 0), checkpoint=checkpoint, crash=crash)
+
+    def checkpoint(state):
+        store["ckpt"] = {**state, "w": state["w"].copy()}
+
+    def crash():
+        store["crash"] = holder[0].crash_record()
+        raise Crashed()
+
+    holder = [make()]
+    g = np.zeros(cfg.gradient_elements, dtype=np.float32)
+    for step in range(5):
+        for worker in range(2):
+            holder[0].push(g, worker, step)
+    with pytest.raises(Crashed):
+        holder[0].push(g, 0, 5)
+    holder[0] = make()
+    holder[0].recover(store["ckpt"], store["crash"])
+    assert holder[0].stats()["lost_updates"] == 2  # (0, 4) and (1, 4), until a retry shows otherwise
+    holder[0].push(g, 1, 4)  # the retry of the push whose reply was lost
+    holder[0].push(g, 0, 5)  # the push that found the shard dying
+    st = holder[0].stats()
+    assert (st["lost_updates"], st["retried_after_crash"], st["updates"]) == (1, 1, 10)
+
+
 def test_a_retried_push_the_shard_holds_is_not_applied_twice():
     server = ParameterServer(shard=0, lo=0, hi=8, seed=0, learning_rate=0.5, recorder=rec("server-0", "server"))
     g = np.ones(8, dtype=np.float32)
