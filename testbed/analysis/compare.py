@@ -29,7 +29,7 @@ from testbed.model.profile import HardwareProfile
 from testbed.model.sweep import predict_configs
 
 __all__ = ["COMPARED_PHASES", "measured_column", "predict_run", "add_predictions", "error_table",
-           "group_label", "sparse_knee", "knee_table", "curve_predictions", "MODELS"]
+           "group_label", "sparse_knee", "knee_table", "curve_predictions", "MODELS", "judged_rows", "left_out"]
 
 COMPARED_PHASES = ("init", "train", "total", "read", "compute", "push", "pull", "queue", "apply")
 MODELS = tuple(m.value for m in ModelFamily)
@@ -64,9 +64,26 @@ def add_predictions(summary: pd.DataFrame, predictions: pd.DataFrame) -> pd.Data
     return out
 
 
+def judged_rows(compared: pd.DataFrame) -> pd.DataFrame:
+    """The rows the model is judged on: config repeats that ran to their end (status ``ok``).
+    A failed or timed-out one measured a run cut short, not the config the model predicts."""
+    if "status" not in compared:
+        return compared
+    return compared[compared["status"] == "ok"]
+
+
+def left_out(compared: pd.DataFrame) -> pd.DataFrame:
+    """(config_id, repeat, status) of the rows ``judged_rows`` leaves out."""
+    if "status" not in compared:
+        return pd.DataFrame(columns=["config_id", "repeat", "status"])
+    return compared.loc[compared["status"] != "ok", ["config_id", "repeat", "status"]].reset_index(drop=True)
+
+
 def error_table(compared: pd.DataFrame, models: Iterable[str] = MODELS,
                 phases: Iterable[str] = COMPARED_PHASES) -> pd.DataFrame:
-    """Median and maximum absolute relative error per family and phase (over configs and repeats)."""
+    """Median and maximum absolute relative error per family and phase (over the configs and
+    repeats that ran ok: ``judged_rows``)."""
+    compared = judged_rows(compared)
     rows = []
     for model in models:
         for phase in phases:
@@ -111,8 +128,9 @@ def knee_table(compared: pd.DataFrame, configs: Sequence[dict[str, Any]],
                models: Iterable[str] = MODELS) -> pd.DataFrame:
     """Per group: the measured train-phase knee and job knee on the sweep grid, each family's
     knee on the same grid, whether it lies within one sweep step, and the family's own
-    (continuous) knees from the largest config."""
+    (continuous) knees from the largest config. Only the rows that ran ok (``judged_rows``)."""
     rows = []
+    compared = judged_rows(compared)
     means = compared.groupby("config_id", sort=False).mean(numeric_only=True)
     for label, ids in _groups(compared, configs).items():
         ids = [i for i in ids if i in means.index]

@@ -25,7 +25,6 @@ from testbed.analysis.compare import (
 from testbed.config.spec import RunConfig
 from testbed.model.profile import HardwareProfile
 from testbed.records.rundir import RunFolder
-from testbed.records.summary import summarize
 
 __all__ = ["Comparison", "compare_run", "init_fit"]
 
@@ -45,9 +44,7 @@ def _configs(folder: RunFolder) -> list[RunConfig]:
 
 def compare_run(folder: RunFolder, profile: HardwareProfile, models=MODELS) -> Comparison:
     configs = _configs(folder)
-    statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
-    summary = summarize(folder.events(), folder.manifest["configs"], statuses,
-                        finished=folder.manifest.get("finished", []))
+    summary = folder.summary()
     labels = {c.config_id: group_label(c.sweep_values) for c in configs}
     summary.insert(2, "group", summary["config_id"].map(labels))
     predictions = predict_run(configs, profile, models)

@@ -35,6 +35,7 @@ import numpy as np
 
 from testbed.config.errors import UserError
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
+from testbed.records.atomic import atomic_write_text
 
 __all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
            "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
@@ -155,7 +156,7 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
     import ray
 
     from actors.server import ServerActor
-    from testbed.records.events import Phase
+    from testbed.records.events import Phase, export_durations_ns
 
     progress("server apply and per-call overhead")
     rows = []
@@ -171,8 +172,7 @@ def _measure_server(probe: Any, quick: bool, progress: Progress) -> dict[str, An
         copy_s = ray.get(server.__ray_call__.remote(_time_copy))
         export = ray.get(server.events.remote())
         ray.kill(server)
-        phases = np.frombuffer(export["phase"], dtype=np.int8)
-        durations = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)]
+        durations = np.asarray(export_durations_ns(export, Phase.APPLY), dtype=float)
         rows.append({"bytes": nbytes, "apply_s": float(np.median(durations[-steps:])) / 1e9, "copy_s": copy_s,
                      "server_cpu_per_step_s": (cpu1 - cpu0) / (steps + 1), **loop})
     sizes = [r["bytes"] for r in rows]
@@ -283,7 +283,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         profile = None if recalibrate else reusable_profile(cache, identity)
         if profile is not None:
             if out and Path(out) != cache:
-                save_profile(profile, out)
+                save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
         figures = measure_ray_figures(progress, quick=quick)
     disk = reference = None
@@ -323,7 +323,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         flops_per_s=figures["flops_per_s"], disk=disk, disk_reference=reference, extra=extra,
         setup_s_by_actors=figures["setup_s_by_actors"],
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    save_profile(profile, cache)
+    save_profile(profile, cache, atomic_write_text)
     if out:
-        save_profile(profile, out)
+        save_profile(profile, out, atomic_write_text)
     return profile, Path(out) if out else cache, False

@@ -22,11 +22,11 @@ def report(run_dir: Path = typer.Argument(..., help="a run folder written by `te
     from testbed.report.sections import write_report
     if profile is not None:
         from testbed.model.profile import check_profile_machine, load_profile, save_profile
-        from testbed.records.rundir import PROFILE_FILE, RunFolder
+        from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_text
         folder = RunFolder.open(run_dir)  # a bad folder is refused before anything is written
         loaded = load_profile(profile)
         if folder.manifest.get("host"):
             check_profile_machine(loaded, profile, folder.manifest["host"], None, "the machine this run used")
-        save_profile(loaded, folder.path / PROFILE_FILE)
+        save_profile(loaded, folder.path / PROFILE_FILE, atomic_write_text)
     path = write_report(run_dir)
     out_console.print(f"report: {path}")

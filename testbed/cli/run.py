@@ -8,7 +8,15 @@ from typing import List, Optional
 import typer
 
 from testbed.cli.app import app
-from testbed.cli.common import out_console, parse_interval, progress_bar, say_problems, summary_table
+from testbed.cli.common import (
+    err_console,
+    exit_for_troubled,
+    out_console,
+    parse_interval,
+    progress_bar,
+    say_problems,
+    summary_table,
+)
 from testbed.config.errors import UserError
 
 __all__ = ["run"]
@@ -23,12 +31,17 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
         set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
         monitor_interval: str = typer.Option("200ms", "--monitor-interval",
                                              help="node monitors' sampling interval ('0' turns them off)")) -> None:
-    """Run every config x repeat of SPEC and write a run folder with its report."""
+    """Run every config x repeat of SPEC and write a run folder with its report.
+
+    Exit code 0 when every config repeat ran ok, 3 when the run completed but some failed or
+    timed out, 2 for a mistake the user can fix, 130/143 when interrupted."""
     from testbed.report.sections import write_report
     from testbed.runner.run import run_experiment
 
     interval_s = parse_interval(monitor_interval)
     experiment = _spec_for_run(spec, resume, out, set_)
+    if resume is not None:
+        _say_resuming(resume)
     with progress_bar() as bar:
         task = bar.add_task(experiment.name, total=None)
 
@@ -41,6 +54,7 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
     out_console.print(summary_table(folder.summary()))
     say_problems(folder)
     out_console.print(f"results: {folder.path}")
+    exit_for_troubled(folder)
 
 
 def _spec_for_run(spec: Optional[Path], resume: Optional[Path], out: Optional[Path], overrides: list[str]):
@@ -52,9 +66,17 @@ def _spec_for_run(spec: Optional[Path], resume: Optional[Path], out: Optional[Pa
         return load_spec(spec, overrides=overrides)
     if resume is None:
         raise UserError("give a spec file (testbed run SPEC), or --resume RUN_DIR to finish an interrupted run")
-    from testbed.config.spec import with_reliability_defaults
     from testbed.records.rundir import RunFolder
-    saved = RunFolder.open(resume).manifest.get("spec")
-    if not isinstance(saved, dict):
-        raise UserError(f"{resume}: the manifest holds no spec; give the spec file as well")
-    return parse_spec(with_reliability_defaults(saved), source=f"{resume}/manifest.json", overrides=overrides)
+    saved = RunFolder.open(resume).record.spec
+    return parse_spec(saved, source=f"{resume}/manifest.json", overrides=overrides)
+
+
+def _say_resuming(resume: Path) -> None:
+    """One line on what is being resumed: its status as a reader sees it (``interrupted`` for a
+    folder whose writer died) and how many config repeats it lacks."""
+    from testbed.records.rundir import RunFolder
+    folder = RunFolder.open(resume)
+    missing = len(folder.missing())
+    total = len(folder.record.configs) * folder.record.repeats
+    err_console.print(f"resuming {resume}: {folder.status.value}, {missing} of {total} config repeat(s) missing",
+                      markup=False, highlight=False, soft_wrap=True)

@@ -15,11 +15,12 @@ import typer
 
 from testbed.calibration.calibrate import calibrate
 from testbed.cli.app import app
-from testbed.cli.common import out_console, parse_interval, progress_bar, summary_table
+from testbed.cli.common import exit_for_troubled, out_console, parse_interval, progress_bar, say_problems, summary_table
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
 from testbed.model.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.records.events import DEFAULT_INTERVAL_S
-from testbed.records.rundir import PROFILE_FILE, RunFolder
+from testbed.records.manifest import RunStatus
+from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_text
 from testbed.runner.run import run_experiment
 
 __all__ = ["validate", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s"]
@@ -100,13 +101,17 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     if any(c.workload.dataset_bytes > 0 for c in configs):
         say("measuring reads of the data set itself")
         profile = with_dataset_reads(profile, max(configs, key=lambda c: c.workload.dataset_bytes), address)
-    from testbed.runner.deadlines import default_deadlines
-    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
-                            deadlines=default_deadlines(configs, profile))
-    save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report.sections import write_report
-    write_report(folder.path)
-    return folder
+    from testbed.runner.deadlines import default_deadlines
+
+    def profile_and_report(folder: RunFolder, status: RunStatus) -> None:
+        # Under the folder's lock, before the status is settled: a run marked complete has its
+        # profile, its errors and its report (a kill before this leaves it interrupted instead).
+        save_profile(profile, folder.path / PROFILE_FILE, atomic_write_text)
+        write_report(folder, status=status)
+
+    return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
+                          deadlines=default_deadlines(configs, profile), before_settle=profile_and_report)
 
 
 @app.command("validate")
@@ -118,7 +123,10 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              set_: List[str] = typer.Option([], "--set", help="override a spec field: key=value (repeatable)"),
              monitor_interval: str = typer.Option("200ms", "--monitor-interval",
                                                   help="node monitors' sampling interval ('0' turns them off)")) -> None:
-    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
+    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
+
+    Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left
+    out of the model's error tables), 2 for a mistake the user can fix."""
     from testbed.config.spec import load_spec
 
     interval_s = parse_interval(monitor_interval)
@@ -141,3 +149,5 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
             out_console.print(f"{row['model']:>9} {row['phase']:>5}: median |error| {row['median_abs_err']:.1%}, "
                               f"max {row['max_abs_err']:.1%}")
     out_console.print(f"results: {folder.path} (report: {folder.path / 'report.md'})")
+    say_problems(folder)
+    exit_for_troubled(folder)

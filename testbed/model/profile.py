@@ -1,7 +1,9 @@
 """The hardware profile: the figures calibration measures and the model consumes.
 
 Pure dataclasses with JSON load/save (a versioned document). Calibration results
-are ordinary records: every figure says where it came from (``source``).
+are ordinary records: every figure says where it came from (``source``). The model writes
+no files itself: ``save_profile`` is handed the writer (the callers pass the testbed's one
+atomic writer, ``testbed.records.atomic.atomic_write_text``).
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from testbed.config.errors import UserError
 
 __all__ = ["DiskProfile", "HardwareProfile", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION", "load_profile", "save_profile",
-           "check_profile_machine"]
+           "profile_text", "check_profile_machine"]
 
 PROFILE_SCHEMA_VERSION = 1
 
@@ -125,12 +127,16 @@ def interpolate_setup_s(points: Sequence[tuple[int, float]], actors: int) -> Opt
     raise AssertionError("unreachable")
 
 
-def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
+def profile_text(profile: HardwareProfile) -> str:
+    """The profile as its JSON document."""
+    return json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def save_profile(profile: HardwareProfile, path: str | Path, write: Callable[[Path, str], Any]) -> Path:
+    """Write the profile to ``path`` with ``write(path, text)`` (the caller's atomic writer)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write(path, profile_text(profile))
     return path
 
 

@@ -20,8 +20,8 @@ from typing import Any, Iterable, Optional, Sequence
 import pandas as pd
 
 from testbed.records.events import Phase, Role
+from testbed.records.manifest import RunStatus
 from testbed.records.rundir import RunFolder, atomic_write_text
-from testbed.records.summary import summarize
 from testbed.records.trace import chrome_trace
 from testbed.report import plots
 
@@ -34,26 +34,36 @@ _SUMMARY_SHOWN = ["config_id", "repeat", "workers", "servers", "setup_s", "init_
                   "compute_mean_s", "push_mean_s", "queue_mean_s", "apply_mean_s"]
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Regenerate the summary, the trace, the plot and ``report.md`` of a run folder; returns the report's path."""
-    folder = RunFolder.open(run_dir)
+def write_report(run_dir: str | Path | RunFolder, status: Optional[RunStatus] = None) -> Path:
+    """Regenerate the summary, the trace, the plot and ``report.md`` of a run folder; returns the report's path.
+
+    ``status``: the status the report states, when the caller is about to settle it (``testbed
+    validate`` writes the report before it marks the run ``complete``, so that comes last);
+    otherwise the folder's own, ``interrupted`` for a folder whose writer is gone."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder.open(run_dir)
+    manifest = folder.manifest
+    if status is not None:
+        manifest["status"] = RunStatus(status).value
     events = folder.events()
-    summary = summarize(events, folder.manifest["configs"], finished=folder.manifest.get("finished", []))
+    summary = folder.summary(events)
     folder.write_summary(summary)
     folder.write_trace(chrome_trace(events, folder.node_ips()))
     resources = folder.resources()
-    figure = plots.utilisation(resources, events, folder.manifest.get("clock_offsets", {}))
+    figure = plots.utilisation(resources, events, manifest["clock_offsets"])
     plot = None if figure is None else plots.save(figure, folder.path / UTILISATION_PNG)
-    lines = [f"# {folder.manifest['experiment']}: run {folder.manifest['run_id']}", "",
-             f"Status: {folder.manifest['status']}; started {folder.manifest['started']}, "
-             f"ended {folder.manifest.get('ended')}.", ""]
-    lines += data_section(folder.manifest)
+    lines = [f"# {manifest['experiment']}: run {manifest['run_id']}", "",
+             f"Status: {manifest['status']}; started {manifest['started']}, ended {manifest['ended']}.", ""]
+    if manifest["status"] == RunStatus.INTERRUPTED.value:
+        owner = folder.record.owner
+        lines += [f"**The run was interrupted: its writer ({owner or 'unknown'}) is gone without settling its "
+                  f"status; `testbed run --resume {folder.path}` finishes it.**", ""]
+    lines += data_section(manifest)
     lines += summary_section(summary)
-    lines += reliability_section(folder.manifest, events, summary)
+    lines += reliability_section(manifest, events, summary)
     lines += model_sections(folder)
     lines += staleness_section(folder, events)
     lines += nodes_section(folder, events, resources)
-    lines += clock_section(folder.manifest)
+    lines += clock_section(manifest)
     if plot is not None:
         lines += ["## Utilisation", "", f"![utilisation per node]({plot.name})", "",
                   "CPU (left axis) and disk and network throughput (right axis) per node, sampled by the node "

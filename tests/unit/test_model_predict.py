@@ -14,6 +14,7 @@ from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict, scaling_curve, step_terms
 from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
 from testbed.model.sweep import CSV_COLUMNS, parse_models, predict_spec
+from testbed.records.atomic import atomic_write_text
 
 SPEC = """\
 name: demo
@@ -38,7 +39,7 @@ def profile(**changes) -> HardwareProfile:
 def files(tmp_path):
     spec = tmp_path / "demo.yaml"
     spec.write_text(SPEC)
-    return spec, save_profile(profile(), tmp_path / "profile.json")
+    return spec, save_profile(profile(), tmp_path / "profile.json", atomic_write_text)
 
 
 def test_predict_spec_rows_and_columns(files):

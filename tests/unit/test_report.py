@@ -15,11 +15,11 @@ def build_folder(path, with_monitor=True):
     cfg = expand(spec)[0]
     folder = RunFolder.create(path, run_id="r1", experiment="rep", spec=spec.model_dump(mode="json"),
                               configs=[cfg.model_dump(mode="json")], repeats=1)
-    folder.manifest["cluster"] = [{"node": "nodeA" * 4, "ip": "10.0.0.1", "cpus": 2.0},
-                                  {"node": "nodeB" * 4, "ip": "10.0.0.2", "cpus": 2.0}]
+    folder.update(cluster=[{"node": "nodeA" * 4, "ip": "10.0.0.1", "cpus": 2.0},
+                           {"node": "nodeB" * 4, "ip": "10.0.0.2", "cpus": 2.0}])
     if with_monitor:
-        folder.manifest["clock_offsets"] = {"nodeA" * 4: {"offset_ns": 0, "rtt_ns": 200_000},
-                                            "nodeB" * 4: {"offset_ns": -3_000_000, "rtt_ns": 1_000_000}}
+        folder.update(clock_offsets={"nodeA" * 4: {"offset_ns": 0, "rtt_ns": 200_000},
+                                     "nodeB" * 4: {"offset_ns": -3_000_000, "rtt_ns": 1_000_000}})
     names = [n for n, _, _ in EVENT_SCHEMA]
     t0 = 10**18
     rows = [("r1", cfg.config_id, 0, "driver", "driver", "nodeA" * 4, ph, -1, t0 + i * 10**8, 10**8, 0, -1)
@@ -41,6 +41,7 @@ def build_folder(path, with_monitor=True):
                     samples[name].append(v)
         folder.append_resources(samples)
     folder.set_status("complete")
+    folder.release()
     return folder
 
 
