@@ -39,7 +39,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -256,6 +256,26 @@ class RunFolder:
             lock.release()
             raise
         return folder
+
+    @classmethod
+    @contextlib.contextmanager
+    def held(cls, path: str | Path) -> Iterator["RunFolder"]:
+        """The folder read, with its lock held meanwhile (``testbed report`` regenerating its
+        derived files must not race a writer); refuses like ``open_for_writing`` but rewrites
+        nothing. A folder where no lock can be taken (read-only, archived) is just read."""
+        folder = cls.open(path)
+        lock = FolderLock(folder.path)
+        try:
+            lock.acquire()
+        except FolderBusy:
+            raise _busy(folder.path) from None
+        except OSError:
+            lock = None
+        try:
+            yield cls.open(path)  # as of the lock: a writer may just have ended
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _clean(self) -> None:
         for tmp in [*self.path.glob(TMP_GLOB), *(self.path / EVENTS_DIR).glob(TMP_GLOB)]:

@@ -81,7 +81,7 @@ def one_attempt_each(run):
     """Assert every config's events come from one attempt; returns the finished (config, repeat) pairs."""
     folder = RunFolder.open(run)
     ev = folder.events()
-    for (config_id, repeat), frame in ev.groupby(["config_id", "repeat"]):
+    for (config_id, _repeat), frame in ev.groupby(["config_id", "repeat"]):
         setup = frame[(frame.role == "driver") & (frame.phase == "setup")]
         assert len(setup) == 1, (config_id, "driver spans of more than one attempt")
         assert (frame.start_ns >= setup.start_ns.iloc[0]).all(), (config_id, "events from before this attempt")

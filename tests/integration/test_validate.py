@@ -49,6 +49,10 @@ def test_every_file_of_the_run_folder_is_written(validated):
     for plot in PLOTS:
         assert (path / "plots" / f"{plot}.png").stat().st_size > 1000, plot
     assert RunFolder.open(path).manifest["status"] == "complete"
+    # complete comes last: after the profile, the errors and the report (which says complete)
+    settled = (path / "manifest.json").stat().st_mtime_ns
+    assert all((path / name).stat().st_mtime_ns <= settled for name in ("profile.json", "errors.csv", "report.md"))
+    assert "Status: complete;" in (path / "report.md").read_text()
 
 
 def test_summary_has_every_prediction_and_error_column(validated):

@@ -250,3 +250,16 @@ def test_writing_without_the_lock_is_a_bug_not_a_silent_write(tmp_path):
     shutil.copytree(FIXTURES / "run_v2", tmp_path / "run")
     with pytest.raises(RuntimeError, match="without holding its lock"):
         RunFolder.open(tmp_path / "run").set_status(RunStatus.FAILED)
+
+
+def test_testbed_report_does_not_race_a_writer(tmp_path):
+    from testbed.cli import main
+    folder = new_folder(tmp_path / "run")
+    cid = folder.record.configs[0]["config_id"]
+    folder.write_config_events(cid, 0, columns(cid))
+    assert main(["report", str(folder.path)]) == 2  # one error line naming the owner
+    assert not (folder.path / "report.md").exists()
+    folder.set_status(RunStatus.COMPLETE)
+    folder.release()
+    assert main(["report", str(folder.path)]) == 0 and (folder.path / "report.md").is_file()
+    assert not RunFolder.open(folder.path).troubled()
