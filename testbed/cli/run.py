@@ -48,9 +48,10 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
         def progress(label: str, done: int, total: int) -> None:
             bar.update(task, description=label, completed=done, total=total or None)
 
+        # The report is written under the folder's lock, before the status is settled.
         folder = run_experiment(experiment, out=out, address=address, progress=progress,
-                                monitor_interval_s=interval_s, resume=resume)
-    write_report(folder.path)
+                                monitor_interval_s=interval_s, resume=resume,
+                                before_settle=lambda done, status: write_report(done, status=status))
     out_console.print(summary_table(folder.summary()))
     say_problems(folder)
     out_console.print(f"results: {folder.path}")
