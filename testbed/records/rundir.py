@@ -30,13 +30,11 @@ journal line: its cost does not grow with the configs already done.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import platform
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -44,7 +42,6 @@ from typing import Any, Iterable, Iterator, Optional
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from testbed import __version__
 from testbed.config.errors import UserError
 from testbed.records.atomic import TMP_GLOB, append_line, atomic_write_bytes, atomic_write_text
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
@@ -59,6 +56,7 @@ from testbed.records.manifest import (
     RunStatus,
     load_manifest,
 )
+from testbed.records.provenance import default_run_dir, git_commit, now_iso, software_versions
 
 __all__ = ["RunFolder", "MANIFEST_SCHEMA_VERSION", "PROFILE_FILE", "atomic_write_bytes", "atomic_write_text",
            "default_run_dir", "software_versions", "git_commit", "arrow_schema", "resource_schema",
@@ -89,20 +87,6 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def default_run_dir(experiment: str, root: str | Path = "results") -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / f"{experiment}-{stamp}"
-    n = 1
-    while path.exists():
-        n += 1
-        path = Path(root) / f"{experiment}-{stamp}-{n}"
-    return path
-
-
 def check_out_path(path: Path) -> None:
     """Refuse an ``--out`` that cannot become a new run folder (a file, a folder with files),
     before anything is written."""
@@ -111,25 +95,6 @@ def check_out_path(path: Path) -> None:
         raise UserError(f"--out {path} is an existing file, not a folder; choose another --out")
     if path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir()):
         raise UserError(f"{path} already exists and is not empty; choose another --out or remove it")
-
-
-def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
-    here = Path(cwd or Path(__file__).resolve().parent)
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def software_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version(), "ddnn-testbed": __version__}
-    for mod in ("ray", "numpy", "pandas", "pyarrow", "pydantic"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - a missing optional package is just not listed
-            pass
-    return versions
 
 
 def _read_journal(path: Path) -> list[Finished]:
