@@ -263,3 +263,13 @@ def test_testbed_report_does_not_race_a_writer(tmp_path):
     folder.release()
     assert main(["report", str(folder.path)]) == 0 and (folder.path / "report.md").is_file()
     assert not RunFolder.open(folder.path).troubled()
+
+
+def test_out_naming_a_file_is_refused_before_the_data_set_is_written(tmp_path):
+    from testbed.runner.run import run_experiment
+    (tmp_path / "file").write_text("x")
+    s = spec(workload={"steps": 2, "dataset_bytes": "1MiB"}, data={"dir": str(tmp_path / "data"), "file_bytes": "1MiB"})
+    with pytest.raises(UserError, match="existing file"):
+        run_experiment(s, out=tmp_path / "file", monitor_interval_s=None)
+    assert not (tmp_path / "data").exists() or not any(p.is_file() for p in (tmp_path / "data").rglob("*"))
+    assert (tmp_path / "file").read_text() == "x"
