@@ -32,7 +32,7 @@ from testbed.model.sweep import predict_configs
 
 __all__ = ["COMPARED_PHASES", "SPAN_PHASES", "measured_column", "predict_run", "add_predictions", "error_table",
            "group_label", "sparse_knee", "knee_table", "curve_predictions", "MODELS", "ERROR_COLUMNS",
-           "noise_spread", "distribution_table", "missed_term", "worst_configs"]
+           "noise_spread", "distribution_table", "missed_term", "worst_configs", "judged_rows", "left_out"]
 
 COMPARED_PHASES = ("init", "train", "job", "read", "compute", "push", "pull", "queue", "apply")
 SPAN_PHASES = ("init", "train", "job")
@@ -71,11 +71,28 @@ def add_predictions(summary: pd.DataFrame, predictions: pd.DataFrame) -> pd.Data
 ERROR_COLUMNS = ["model", "phase", "n", "median_abs_err", "p90_abs_err", "max_abs_err", "median_signed_err"]
 
 
+def judged_rows(compared: pd.DataFrame) -> pd.DataFrame:
+    """The rows the model is judged on: config repeats that ran to their end (status ``ok``).
+    A failed or timed-out one measured a run cut short, not the config the model predicts."""
+    if "status" not in compared:
+        return compared
+    return compared[compared["status"] == "ok"]
+
+
+def left_out(compared: pd.DataFrame) -> pd.DataFrame:
+    """(config_id, repeat, status) of the rows ``judged_rows`` leaves out."""
+    if "status" not in compared:
+        return pd.DataFrame(columns=["config_id", "repeat", "status"])
+    return compared.loc[compared["status"] != "ok", ["config_id", "repeat", "status"]].reset_index(drop=True)
+
+
 def error_table(compared: pd.DataFrame, models: Iterable[str] = MODELS,
                 phases: Iterable[str] = COMPARED_PHASES) -> pd.DataFrame:
     """The distribution of the absolute relative error per family and phase (over configs and
     repeats): its median, 90th percentile (linear interpolation, numpy's default) and maximum,
-    with the count, and the median signed error (the bias: positive, the model predicts too long)."""
+    with the count, and the median signed error (the bias: positive, the model predicts too long),
+    over the configs and repeats that ran ok (``judged_rows``)."""
+    compared = judged_rows(compared)
     rows = []
     for model in models:
         for phase in phases:
@@ -195,8 +212,9 @@ def knee_table(compared: pd.DataFrame, configs: Sequence[dict[str, Any]],
                models: Iterable[str] = MODELS) -> pd.DataFrame:
     """Per group: the measured train-phase knee and job knee on the sweep grid, each family's
     knee on the same grid, whether it lies within one sweep step, and the family's own
-    (continuous) knees from the largest config."""
+    (continuous) knees from the largest config. Only the rows that ran ok (``judged_rows``)."""
     rows = []
+    compared = judged_rows(compared)
     means = compared.groupby("config_id", sort=False).mean(numeric_only=True)
     for label, ids in _groups(compared, configs).items():
         ids = [i for i in ids if i in means.index]

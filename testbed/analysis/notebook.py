@@ -24,7 +24,7 @@ import pandas as pd
 from testbed.analysis.validation import Comparison
 from testbed.config.errors import UserError
 from testbed.records.rundir import RunFolder
-from testbed.records.summary import shown_columns, summarize
+from testbed.records.summary import shown_columns
 
 __all__ = ["RunData", "RUN_ENV", "PAPER_EXPERIMENTS", "find_runs", "newest_run", "resolve_run", "resolve_paper_runs",
            "load_run", "manifest_table", "summary_table", "combine_runs"]
@@ -130,8 +130,7 @@ def load_run(path: str | Path) -> RunData:
     """Read a run folder; compare it with every model family when it holds ``profile.json``."""
     folder = RunFolder.open(path)
     events = folder.events()
-    statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
-    summary = summarize(events, folder.manifest["configs"], statuses)
+    summary = folder.summary(events)
     comparison = None
     from testbed.records.rundir import PROFILE_FILE
     if (folder.path / PROFILE_FILE).is_file():

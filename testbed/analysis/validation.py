@@ -28,7 +28,6 @@ from testbed.analysis.compare import (
 from testbed.config.spec import RunConfig
 from testbed.model.profile import HardwareProfile
 from testbed.records.rundir import RunFolder
-from testbed.records.summary import summarize
 
 __all__ = ["Comparison", "compare_run", "init_fit"]
 
@@ -50,9 +49,7 @@ def _configs(folder: RunFolder) -> list[RunConfig]:
 
 def compare_run(folder: RunFolder, profile: HardwareProfile, models=MODELS) -> Comparison:
     configs = _configs(folder)
-    statuses = {(f["config_id"], f["repeat"]): f.get("status", "ok") for f in folder.manifest.get("finished", [])}
-    summary = summarize(folder.events(), folder.manifest["configs"], statuses,
-                        finished=folder.manifest.get("finished", []))
+    summary = folder.summary()
     sample = folder.manifest.get("sample")
     # A sampled run's configs differ in every field: one group (the draw), and no curves
     # over workers (each would be a different job).

@@ -66,7 +66,7 @@ class Baseline:
 
 def measure_size(ray: Any, nbytes: int, repeats: int) -> dict[str, Any]:
     from actors.server import ServerActor
-    from testbed.records.events import Phase
+    from testbed.records.events import Phase, export_durations_ns
 
     n = nbytes // 4
     server = ray.remote(ServerActor).options(num_cpus=0, max_concurrency=4).remote(
@@ -89,8 +89,7 @@ def measure_size(ray: Any, nbytes: int, repeats: int) -> dict[str, Any]:
     finally:
         for a in (server, pusher, base):
             ray.kill(a)
-    phases = np.frombuffer(export["phase"], dtype=np.int8)
-    apply_s = (np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)] / 1e9)
+    apply_s = np.asarray(export_durations_ns(export, Phase.APPLY), dtype=float) / 1e9
     apply_s = apply_s[-repeats:].tolist()
     med = {"apply": statistics.median(apply_s), "plain": statistics.median(plain_s),
            "chunked": statistics.median(chunked_s)}

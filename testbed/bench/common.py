@@ -27,6 +27,8 @@ import platform
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from testbed.records.atomic import atomic_write_text
+
 __all__ = ["Check", "Figure", "ray_local", "load_average", "now_iso", "versions", "write_results",
            "read_results", "format_table", "SCHEMA_VERSION", "RESULTS_NAME", "default_out_dir", "repo_results_dir"]
 
@@ -157,9 +159,7 @@ def write_results(figures: Sequence[Figure], path: Path, *, started: str,
     for fig in figures:
         doc["figures"][fig.name] = {**fig.to_dict(), "versions": versions()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(doc, indent=1, default=_jsonable) + "\n")
     return doc
 
 

@@ -41,6 +41,7 @@ from testbed.config.units import parse_bytes
 from testbed.data.dataset import prepare_dataset
 from testbed.data.diskio import DirectReader, init_read_plan
 from testbed.data.fio import FioJob, FioResult, build_command, find_fio, parse_fio_json, run_fio
+from testbed.records.atomic import atomic_write_text
 
 RESULTS_NAME = "disk_init_vs_fio.json"
 TARGET_RATIO = 0.9
@@ -137,7 +138,7 @@ def main() -> None:
         shutil.rmtree(data_dir)
     result["data_dir_removed"] = not args.keep
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"medians: testbed {result['testbed_median_bytes_per_s'] / 2**20:.0f} MiB/s, "
           f"fio {result['fio_median_bytes_per_s'] / 2**20:.0f} MiB/s, bare {result['bare_median_bytes_per_s'] / 2**20:.0f} MiB/s")
     print(f"testbed/fio {result['ratio_testbed_over_fio']:.3f} (median of per-repeat ratios; target >= {TARGET_RATIO}), "

@@ -65,7 +65,7 @@ class Caller:
 
 def measure(ray: Any, repeats: int) -> dict[str, Any]:
     from actors.server import ServerActor
-    from testbed.records.events import Phase
+    from testbed.records.events import Phase, export_durations_ns
 
     results = {}
     caller = ray.remote(Caller).options(num_cpus=0).remote()
@@ -80,8 +80,7 @@ def measure(ray: Any, repeats: int) -> dict[str, Any]:
             times = ray.get(caller.compare.remote(bare, threaded, server, nbytes, reps))
             export = ray.get(server.events.remote())
             ray.kill(server)
-            phases = np.frombuffer(export["phase"], dtype=np.int8)
-            apply_s = np.asarray(export["duration_ns"], dtype=float)[phases == list(Phase).index(Phase.APPLY)] / 1e9
+            apply_s = np.asarray(export_durations_ns(export, Phase.APPLY), dtype=float) / 1e9
             med = {arm: statistics.median(v) for arm, v in times.items()}
             apply_med = float(np.median(apply_s[-reps:]))
             results[label] = {

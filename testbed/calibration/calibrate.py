@@ -42,6 +42,7 @@ from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
 from testbed.model.terms import INLINE_BYTES
+from testbed.records.atomic import atomic_write_text
 
 __all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
            "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
@@ -223,7 +224,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         profile = None if recalibrate else reusable_profile(cache, identity)
         if profile is not None:
             if out and Path(out) != cache:
-                save_profile(profile, out)
+                save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
         figures = measure_ray_figures(progress, quick=quick)
     disk = reference = None
@@ -258,7 +259,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
         disk=disk, disk_reference=reference, **figures,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    save_profile(profile, cache)
+    save_profile(profile, cache, atomic_write_text)
     if out:
-        save_profile(profile, out)
+        save_profile(profile, out, atomic_write_text)
     return profile, Path(out) if out else cache, False

@@ -28,6 +28,7 @@ from testbed.data.dataset import check_cache_bypass, write_random_file
 from testbed.data.diskio import ALIGN_BYTES, DirectReader
 from testbed.data.fio import FIO_INSTALL_HINT, FioJob, FioNotFound, find_fio, run_job
 from testbed.model.profile import DiskProfile
+from testbed.records.atomic import atomic_write_text
 
 __all__ = ["calibrate_disk", "concurrency_levels", "save_disk_profile", "load_disk_profile", "FALLBACK_WARNING"]
 
@@ -183,10 +184,7 @@ def save_disk_profile(profile: DiskProfile, path: str | os.PathLike) -> Path:
     """Write the profile as JSON (atomically: a reader never sees half a file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(profile), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(dataclasses.asdict(profile), indent=2, sort_keys=True) + "\n")
 
 
 def load_disk_profile(path: str | os.PathLike) -> DiskProfile:

@@ -17,9 +17,14 @@ from testbed.config.sweep_size import LARGE_SWEEP_RUNS
 from testbed.config.units import format_bytes
 
 __all__ = ["out_console", "err_console", "progress_bar", "summary_table", "parse_interval", "say_problems",
-           "check_sweep", "LARGE_SWEEP_HELP"]
+           "check_sweep", "LARGE_SWEEP_HELP", "EXIT_CONFIGS_TROUBLED", "exit_for_troubled"]
 
 LARGE_SWEEP_HELP = f"run a sweep of more than {LARGE_SWEEP_RUNS} config runs (configs x repeats)"
+
+# `testbed run` and `testbed validate` exit with this when the run completed but some config
+# repeat failed or timed out (its warning line says which): a script can tell a clean sweep
+# from one with holes without reading the manifest.
+EXIT_CONFIGS_TROUBLED = 3
 
 # Wide enough for the summary table when the output is a file or a pipe.
 out_console = Console(width=None if sys.stdout.isatty() else 160)
@@ -95,3 +100,10 @@ def say_problems(folder) -> None:
         if f.get("status", "ok") != "ok":
             err_console.print(f"warning: {f['config_id']} repeat {f['repeat']} {f['status']}: {f.get('error', '')}",
                               markup=False, highlight=False, soft_wrap=True)
+
+
+def exit_for_troubled(folder) -> None:
+    """Exit with ``EXIT_CONFIGS_TROUBLED`` when any config repeat failed or timed out."""
+    if folder.troubled():
+        import typer
+        raise typer.Exit(EXIT_CONFIGS_TROUBLED)

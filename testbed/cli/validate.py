@@ -22,13 +22,23 @@ import typer
 
 from testbed.calibration.calibrate import calibrate
 from testbed.cli.app import app
-from testbed.cli.common import LARGE_SWEEP_HELP, check_sweep, out_console, parse_interval, progress_bar, summary_table
+from testbed.cli.common import (
+    LARGE_SWEEP_HELP,
+    check_sweep,
+    exit_for_troubled,
+    out_console,
+    parse_interval,
+    progress_bar,
+    say_problems,
+    summary_table,
+)
 from testbed.config.errors import UserError
 from testbed.config.space import Space, sample, sampled_spec
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
 from testbed.model.profile import HardwareProfile, check_profile_machine, load_profile, save_profile
 from testbed.records.events import DEFAULT_INTERVAL_S
-from testbed.records.rundir import PROFILE_FILE, RunFolder
+from testbed.records.manifest import RunStatus
+from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_text
 from testbed.runner.run import run_experiment
 
 __all__ = ["validate", "validate_space", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s",
@@ -117,13 +127,18 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     if any(c.workload.dataset_bytes > 0 for c in configs):
         say("measuring reads of the data set itself")
         profile = with_dataset_reads(profile, max(configs, key=lambda c: c.workload.dataset_bytes), address)
-    from testbed.runner.deadlines import default_deadlines
-    folder = run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
-                            deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra)
-    save_profile(profile, folder.path / PROFILE_FILE)
     from testbed.report.writer import write_report
-    write_report(folder.path)
-    return folder
+    from testbed.runner.deadlines import default_deadlines
+
+    def profile_and_report(folder: RunFolder, status: RunStatus) -> None:
+        # Under the folder's lock, before the status is settled: a run marked complete has its
+        # profile, its errors and its report (a kill before this leaves it interrupted instead).
+        save_profile(profile, folder.path / PROFILE_FILE, atomic_write_text)
+        write_report(folder, status=status)
+
+    return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
+                          deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
+                          before_settle=profile_and_report)
 
 
 def date_seed(today: Optional[_dt.date] = None) -> int:
@@ -169,7 +184,10 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              noise: int = typer.Option(0, "--noise", help="run the first N drawn configs 5 times back to back "
                                        "(the noise floor)"),
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP)) -> None:
-    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report."""
+    """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
+
+    Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left
+    out of the model's error tables), 2 for a mistake the user can fix."""
     from testbed.config.space import is_space_file, load_space
     from testbed.config.spec import load_spec
 
@@ -204,6 +222,8 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
     out_console.print(summary_table(folder.summary()))
     _print_errors(folder)
     out_console.print(f"results: {folder.path} (report: {folder.path / 'report.md'})")
+    say_problems(folder)
+    exit_for_troubled(folder)
 
 
 def _print_errors(folder: RunFolder) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from testbed.config.errors import UserError
 from testbed.config.spec import Data
 from testbed.config.units import format_bytes
+from testbed.records.atomic import fsync_dir
 
 __all__ = [
     "DatasetInfo", "MEMORY_FS_TYPES", "prepare_dataset", "dataset_dir", "file_sizes", "fs_type",
@@ -137,6 +138,7 @@ def write_random_file(path: Path, nbytes: int, seed: int) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    fsync_dir(path.parent)  # the rename too survives a crash (the bytes are streamed, not atomic_write_bytes)
 
 
 def _disk_free_bytes(directory: Path) -> int:

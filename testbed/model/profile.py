@@ -7,6 +7,9 @@ Schema 2 replaced schema 1's free-form ``extra`` dict by typed fields and added 
 per-call cost curves (``call_costs``, one ``CallCosts`` per calibrated shard count, and
 ``reference_curves``); ``HardwareProfile.from_dict`` still reads schema-1 files, moving
 each ``extra`` figure to its field (``migrate_v1``).
+
+The model writes no files itself: ``save_profile`` is handed the writer (the callers pass the
+testbed's one atomic writer, ``testbed.records.atomic.atomic_write_text``).
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, coerce_call_costs
 
 __all__ = ["DiskProfile", "HardwareProfile", "StepCpuLine", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION",
-           "load_profile", "save_profile", "check_profile_machine", "migrate_v1"]
+           "load_profile", "save_profile", "profile_text", "check_profile_machine", "migrate_v1"]
 
 PROFILE_SCHEMA_VERSION = 2
 
@@ -224,12 +227,16 @@ def interpolate_setup_s(points: Sequence[tuple[int, float]], actors: int) -> Opt
     raise AssertionError("unreachable")
 
 
-def save_profile(profile: HardwareProfile, path: str | Path) -> Path:
+def profile_text(profile: HardwareProfile) -> str:
+    """The profile as its JSON document."""
+    return json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def save_profile(profile: HardwareProfile, path: str | Path, write: Callable[[Path, str], Any]) -> Path:
+    """Write the profile to ``path`` with ``write(path, text)`` (the caller's atomic writer)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(profile.to_dict(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write(path, profile_text(profile))
     return path
 
 

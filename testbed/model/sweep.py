@@ -130,15 +130,3 @@ def format_table(frame: pd.DataFrame) -> str:
         blocks.append("\n".join([title, fmt(header)] + [fmt(row) for row in lines]))
     return "\n\n".join(blocks)
 
-
-def write_csv(frame: pd.DataFrame, path: str | Path, *, overwrite: bool = True) -> Path:
-    """Write the predictions as CSV (one row per config and family); atomically, so a
-    reader never sees half a file."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise UserError(f"{path} exists; pass --force to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path

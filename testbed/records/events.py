@@ -24,7 +24,7 @@ from typing import Any, Callable
 __all__ = [
     "DEFAULT_INTERVAL_S",
     "Phase", "Role", "TimingEvent", "EventRecorder", "EVENT_SCHEMA", "events_to_columns",
-    "concat_columns", "columns_to_events", "RESOURCE_SCHEMA",
+    "concat_columns", "columns_to_events", "RESOURCE_SCHEMA", "export_phases", "export_durations_ns",
 ]
 
 
@@ -217,6 +217,16 @@ class _Timed:
         return False
 
 
+def export_phases(export: dict[str, Any]) -> list[Phase]:
+    """The phase of each event of one recorder export (the one decoder of its phase codes)."""
+    return [_PHASES[c] for c in array("b", export["phase"])]
+
+
+def export_durations_ns(export: dict[str, Any], phase: Phase) -> list[int]:
+    """The durations of one recorder export's events of ``phase``, in recording order."""
+    return [d for p, d in zip(export_phases(export), export["duration_ns"]) if p is phase]
+
+
 def events_to_columns(exports: list[dict[str, Any]]) -> dict[str, list]:
     """Merge recorder exports into plain columns named as in ``EVENT_SCHEMA``."""
     cols: dict[str, list] = {name: [] for name, _, _ in EVENT_SCHEMA}
@@ -224,7 +234,7 @@ def events_to_columns(exports: list[dict[str, Any]]) -> dict[str, list]:
         n = len(ex["step"])
         for key in _CONSTANT:
             cols[key].extend([ex["constants"][key]] * n)
-        cols["phase"].extend(_PHASES[c].value for c in array("b", ex["phase"]))
+        cols["phase"].extend(p.value for p in export_phases(ex))
         for key in _VARYING[1:]:
             cols[key].extend(ex[key])
     return cols

@@ -15,6 +15,7 @@ import pandas as pd
 
 from testbed.config.spec import Workload
 from testbed.records.events import Phase, Role
+from testbed.records.manifest import Finished
 
 __all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns", "SHOWN_COLUMNS", "SHOWN_KNOBS",
            "shown_columns"]
@@ -59,8 +60,7 @@ def config_columns(cfg: dict[str, Any]) -> dict[str, Any]:
     return {
         "experiment": cfg.get("experiment", ""), "config_id": cfg["config_id"], "workers": cfg["workers"],
         "servers": cfg["servers"], "sync": cfg["sync"], "staleness": cfg["staleness"],
-        # .get: manifests written before apply_seconds existed stay readable
-        "apply_seconds": cfg.get("apply_seconds", 0.0), "gradient_bytes": cfg["gradient_bytes"],
+        "apply_seconds": cfg["apply_seconds"], "gradient_bytes": cfg["gradient_bytes"],
         "compute_mode": cfg["compute"]["mode"], "compute_s": cfg["compute"]["seconds"], "steps": steps,
         "pull_every": cfg["pull_every"], "dataset_bytes": workload["dataset_bytes"],
         "init_io": cfg["data"]["init_io"], "partition": cfg["data"]["partition"],
@@ -72,32 +72,34 @@ def _span_s(frame: pd.DataFrame, phase: Phase) -> float:
     return float(rows["duration_ns"].sum()) / 1e9 if len(rows) else float("nan")
 
 
-def _cpu_per_step(finished: Iterable[dict[str, Any]]) -> dict[tuple[str, int], tuple[float, float]]:
+def _cpu_per_step(finished: Iterable[Finished]) -> dict[tuple[str, int], tuple[float, float]]:
     """(worker, server) CPU seconds per step of each finished config repeat, from the manifest."""
     out = {}
     for f in finished:
-        cpu = f.get("train_cpu_s")
+        cpu = f.train_cpu_s
         if not cpu:
             continue
-        out[(f["config_id"], int(f["repeat"]))] = (
+        out[f.key] = (
             sum(v for a, v in cpu.items() if a.startswith("worker-")),
             sum(v for a, v in cpu.items() if a.startswith("server-")))
     return out
 
 
 def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
-              statuses: dict[tuple[str, int], str] | None = None,
-              finished: Iterable[dict[str, Any]] | None = None) -> pd.DataFrame:
+              finished: Iterable[Finished | dict[str, Any]],
+              statuses: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
     """One row per (config, repeat) present in ``events``, in config order.
 
-    ``finished``: the manifest's entries, which give each row its status, the updates the
-    shards lost with a crash (a count the shards keep, not an event) and the actors' CPU
-    during training (read from the processes, not an event); ``statuses`` overrides.
-    ``restarts`` and ``restart_s`` (the lost time) come from the ``restart`` events."""
-    finished = list(finished or [])
+    ``finished``: the manifest's entries (required: a summary without them would show no
+    lost updates and no CPU), which give each row its status, the updates the shards lost
+    with a crash (a count the shards keep, not an event) and the actors' CPU during training
+    (read from the processes, not an event); ``statuses`` overrides. ``restarts`` and
+    ``restart_s`` (the lost time) come from the ``restart`` events. Callers with a run folder
+    use ``RunFolder.summary()``."""
+    finished = [f if isinstance(f, Finished) else Finished.model_validate(f) for f in finished]
     cpu = _cpu_per_step(finished)
-    finished = {(f["config_id"], f["repeat"]): f for f in finished}
-    statuses = {**{k: f.get("status", "ok") for k, f in finished.items()}, **(statuses or {})}
+    finished = {f.key: f for f in finished}
+    statuses = {**{k: f.status.value for k, f in finished.items()}, **(statuses or {})}
     by_id = {c["config_id"]: c for c in configs}
     rows = []
     if len(events):
@@ -123,7 +125,8 @@ def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
         restarts = frame[frame["phase"] == Phase.RESTART.value]
         row["restarts"] = len(restarts)
         row["restart_s"] = float(restarts["duration_ns"].sum()) / 1e9
-        row["lost_updates"] = sum(finished.get((config_id, int(repeat)), {}).get("lost_updates", []))
+        entry = finished.get((config_id, int(repeat)))
+        row["lost_updates"] = sum(entry.lost_updates) if entry is not None else 0
         worker_cpu, server_cpu = cpu.get((config_id, int(repeat)), (np.nan, np.nan))
         row["worker_cpu_per_step_s"] = worker_cpu / len(pushes) if len(pushes) else np.nan
         row["server_cpu_per_step_s"] = server_cpu / len(pushes) if len(pushes) else np.nan

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from testbed.analysis.compare import MODELS, worst_configs
+from testbed.analysis.compare import MODELS, left_out, worst_configs
 from testbed.analysis.validation import Comparison, init_fit
 from testbed.config.units import format_bytes, format_seconds
 from testbed.model.profile import HardwareProfile
@@ -83,7 +83,12 @@ def comparison_markdown(comparison: Comparison) -> str:
                 if f"{phase}_err_{model}" in means:
                     table[f"{phase} err {model}"] = means[f"{phase}_err_{model}"].map(_pct)
         out.append(f"\n### {label}\n\n" + _md_table(table))
-    out.append("\n## Error per family and phase\n\nAbsolute relative error over every config and repeat.\n\n")
+    out.append("\n## Error per family and phase\n\nAbsolute relative error over every config and repeat that ran ok.\n\n")
+    dropped = left_out(c)
+    if len(dropped):
+        out.append("Left out of the errors and the knees (their measurements stop where the run was cut short): "
+                   + ", ".join(f"`{r.config_id}` repeat {r.repeat} ({r.status})" for r in dropped.itertuples())
+                   + ".\n\n")
     errors = comparison.errors.copy()
     for col in ("median_abs_err", "p90_abs_err", "max_abs_err"):
         errors[col] = errors[col].map(lambda v: f"{v * 100:.1f}%")

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 
 from testbed.analysis.validation import Comparison, compare_run
 from testbed.model.profile import load_profile
+from testbed.records.manifest import RunStatus
 from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_bytes, atomic_write_text
-from testbed.records.summary import summarize
 from testbed.records.trace import chrome_trace
 from testbed.report import plots
 from testbed.report.sections import (
@@ -47,17 +47,28 @@ def _comparison(folder: RunFolder) -> Optional[Comparison]:
     return compare_run(folder, load_profile(path)) if path.is_file() else None
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Regenerate the summary, the trace, the plots and ``report.md`` of a run folder; returns the report's path."""
-    folder = RunFolder.open(run_dir)
+def write_report(run_dir: str | Path | RunFolder, status: Optional[RunStatus] = None) -> Path:
+    """Regenerate the summary, the trace, the plots and ``report.md`` of a run folder; returns the report's path.
+
+    ``status``: the status the report states, when the caller is about to settle it (``testbed
+    validate`` writes the report before it marks the run ``complete``, so that comes last);
+    otherwise the folder's own, ``interrupted`` for a folder whose writer is gone."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder.open(run_dir)
     manifest = folder.manifest
+    if status is not None:
+        manifest["status"] = RunStatus(status).value
     events = folder.events()
-    summary = summarize(events, manifest["configs"], finished=manifest.get("finished", []))
+    summary = folder.summary(events)
     resources = folder.resources()
     comparison = _comparison(folder)
+    header = [f"# {manifest['experiment']}: run {manifest['run_id']}", "",
+              f"Status: {manifest['status']}; started {manifest['started']}, ended {manifest.get('ended')}.", ""]
+    if manifest["status"] == RunStatus.INTERRUPTED.value:
+        owner = folder.record.owner
+        header += [f"**The run was interrupted: its writer ({owner or 'unknown'}) is gone without settling its "
+                   f"status; `testbed run --resume {folder.path}` finishes it.**", ""]
     parts: list[list[str] | Section] = [
-        [f"# {manifest['experiment']}: run {manifest['run_id']}", "",
-         f"Status: {manifest['status']}; started {manifest['started']}, ended {manifest.get('ended')}.", ""],
+        header,
         preset_section(manifest),
         data_section(manifest),
         summary_section(summary),

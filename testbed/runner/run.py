@@ -17,7 +17,8 @@ recorded as ``failed`` with the events its actors still hold, and the sweep goes
 Reliability (docs/reliability.md): a config with a deadline (``deadline_s``, or the default
 the caller computed from the model) is stopped when it passes it and recorded as
 ``timed_out`` with the events collected so far. A config with kill faults or checkpoints gets
-a state folder (``state/<config>-r<repeat>/`` in the run folder, removed when it ends) and
+a state folder (``state/<config>-r<repeat>/`` in the run folder, emptied when the config starts
+and removed when it ends normally, so a config resumed after a driver's crash starts clean) and
 actors that Ray restarts (``restarts``) and whose calls it retries; the shards' lost updates
 enter the update count check (applied = pushed - lost).
 """
@@ -53,8 +54,8 @@ from testbed.config.spec import (
 from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
 from testbed.emulation.hosting import group_workers
 from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
-from testbed.records.rundir import RunFolder, default_run_dir
-from testbed.records.summary import summarize
+from testbed.records.manifest import ConfigStatus, DataSet, RunStatus
+from testbed.records.rundir import RunFolder, check_out_path, default_run_dir
 from testbed.records.trace import chrome_trace
 from testbed.runner.background import background_processes, cpu_between, cpu_snapshot, session_name
 from testbed.runner.cluster import check_address, ray_session, resolve_address
@@ -184,20 +185,28 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
     ``prepare_dataset`` there); it runs, untimed, on each node where workers land (once when
     ``data.shared``) before the actors start, and each worker reads the data set of its node.
     ``state_dir`` holds the checkpoints and crash records of a config with faults (default: a
-    temporary folder); it is removed when the config ends. ``deadline_s`` applies when the
-    config sets none (``cfg.deadline_s`` wins).
+    temporary folder). Whatever it holds when the config starts is removed first (an attempt
+    that a driver's crash cut short must not be restored into this one), and it is removed
+    when the config ends normally; after an exception it stays, and the next attempt clears it.
+    ``deadline_s`` applies when the config sets none (``cfg.deadline_s`` wins).
     """
     deadline_s = cfg.deadline_s if cfg.deadline_s is not None else deadline_s
     needs_state = bool(cfg.faults or cfg.checkpoint_every)
     own_state = needs_state and state_dir is None
     if own_state:
         state_dir = Path(tempfile.mkdtemp(prefix=f"testbed-{cfg.config_id}-"))
+    elif needs_state:
+        shutil.rmtree(state_dir, ignore_errors=True)
     state = str(state_dir) if needs_state else None
     try:
-        return _run_config(cfg, repeat, run_id, keep_parameters, prepare_data, state, deadline_s)
-    finally:
-        if needs_state and state_dir is not None:
+        outcome = _run_config(cfg, repeat, run_id, keep_parameters, prepare_data, state, deadline_s)
+    except BaseException:
+        if own_state:  # nobody else would find it
             shutil.rmtree(state_dir, ignore_errors=True)
+        raise
+    if needs_state:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return outcome
 
 
 def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
@@ -316,20 +325,17 @@ def _dataset_for(prepared: dict[str, Any], node: str) -> Optional[DatasetInfo]:
     return prepared.get(node, next(iter(prepared.values())))
 
 
-def missing_runs(manifest: dict[str, Any], configs: list[RunConfig], repeats: int) -> list[tuple[RunConfig, int]]:
-    """The (config, repeat) pairs a run folder's manifest does not list as finished, in sweep order."""
-    done = {(f["config_id"], f["repeat"]) for f in manifest.get("finished", [])}
+def missing_runs(done: set[tuple[str, int]], configs: list[RunConfig], repeats: int) -> list[tuple[RunConfig, int]]:
+    """The (config, repeat) pairs not in ``done`` (a run folder's finished ones), in sweep order."""
     return [(cfg, r) for cfg in configs for r in range(repeats) if (cfg.config_id, r) not in done]
 
 
 def open_for_resume(path: Path, spec: ExperimentSpec) -> RunFolder:
     """The run folder to resume, after checking that ``spec`` is the one it was started with;
-    refuses (naming the fields) when it is not. Writes nothing."""
+    refuses (naming the fields) when it is not. Writes nothing (``RunFolder.open_for_writing``
+    takes the lock afterwards)."""
     folder = RunFolder.open(path)
-    old = folder.manifest.get("spec")
-    if not isinstance(old, dict) or "run_id" not in folder.manifest or "finished" not in folder.manifest:
-        raise UserError(f"{path}: the manifest has no spec or run id; it is not a run folder `testbed run` can resume")
-    changed = spec_diff(with_reliability_defaults(old), spec.model_dump(mode="json"))
+    changed = spec_diff(with_reliability_defaults(folder.record.spec), spec.model_dump(mode="json"))
     if changed:
         raise UserError(f"{path}: the spec differs from the one this run was started with in: {', '.join(changed)}; "
                         f"resume with the same spec and --set options (leave out SPEC to use the saved one), "
@@ -343,15 +349,22 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                    prepare_data: Optional[PrepareData] = None, resume: Optional[Path] = None,
                    deadlines: Optional[dict[str, float]] = None,
                    plan: Optional[list[tuple[RunConfig, int]]] = None,
-                   manifest_extra: Optional[dict[str, Any]] = None) -> RunFolder:
+                   manifest_extra: Optional[dict[str, Any]] = None,
+                   before_settle: Optional[Callable[[RunFolder, RunStatus], None]] = None) -> RunFolder:
     """Run every config x repeat of ``spec`` and write a run folder; returns it.
 
     ``progress(label, done, total)`` is called before each config repeat and at the end.
     ``monitor_interval_s`` is the node monitors' sampling interval (None: no monitors).
     ``resume``: a run folder of the same spec; only the config repeats it lacks are run, into
-    it, under its run id. ``deadlines``: config id -> seconds, for configs that set none.
-    ``plan``: the (config, repeat) pairs to run, in order, instead of the spec's sweep x repeats
-    (a draw from a validation space); ``manifest_extra``: more fields for the new manifest.
+    it, under its run id (none lacking: it is only marked ``complete``). ``deadlines``: config
+    id -> seconds, for configs that set none. ``plan``: the (config, repeat) pairs to run, in order,
+    instead of the spec's sweep x repeats (a draw from a validation space); ``manifest_extra``: more
+    fields for the new manifest. ``before_settle(folder, status)`` runs, under the
+    folder's lock, after the summary and trace and before the status ``complete`` is written
+    (``testbed validate`` writes the profile and the report there, so ``complete`` comes last).
+
+    The folder is locked for the whole run (one writer per folder, docs/reliability.md); the
+    lock is released when this returns or raises.
     """
     configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if monitor_interval_s is not None and monitor_interval_s <= 0:
@@ -359,78 +372,103 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     address = resolve_address(address)  # --address, else RAY_ADDRESS (Ray's convention), else local Ray
     if address:
         check_address(address)  # before a run folder exists: nothing to clean up
+    if resume is None and out is not None:
+        check_out_path(Path(out))  # before the data set is written
     previous = open_for_resume(Path(resume), spec) if resume is not None else None
     if previous is not None and previous.manifest.get("sample"):
         s = previous.manifest["sample"]
         raise UserError(f"{resume}: a draw from a validation space is not resumed; re-make it with "
                         f"`testbed validate {s['space']} --sample {s['k']} --seed {s['seed']}`")
-    todo = missing_runs(previous.manifest, configs, spec.repeats) if previous else \
+    todo = missing_runs(previous.record.finished_keys(), configs, spec.repeats) if previous else \
         list(plan) if plan else [(c, r) for c in configs for r in range(spec.repeats)]
     pending = list({c.config_id: c for c, _ in todo}.values())
     check_memory(pending, psutil.virtual_memory().available, repeats=spec.repeats)
     for data in {c.data for c in pending if c.workload.dataset_bytes > 0}:
         check_data_dir(data)
     check_disk(pending, _free_bytes, dataset_present_bytes)
+    if previous is not None:
+        # Locked before the data sets are written: a second writer is refused at once.
+        folder = RunFolder.open_for_writing(Path(resume))
+        todo = missing_runs(folder.record.finished_keys(), configs, spec.repeats)  # as of the lock: the last writer may just have ended
+        pending = list({c.config_id: c for c, _ in todo}.values())
     # The data sets are checked and written here first (untimed; on a cluster again on each
     # worker node, where they are then found ready when the driver's node is one of them):
     # a refusal (tmpfs, no space) comes before any run folder exists.
-    datasets: dict[tuple, Optional[DatasetInfo]] = {}
-    for cfg in pending:
-        key = (cfg.data.dir, cfg.data.file_bytes, cfg.workload.dataset_bytes, cfg.data.allow_cached)
-        if key not in datasets:
-            if progress and cfg.workload.dataset_bytes > 0:
-                progress(f"preparing the data set ({cfg.workload.dataset_bytes} bytes)", 0, 0)
-            datasets[key] = prepare_locally(cfg)
+    try:
+        datasets: dict[tuple, Optional[DatasetInfo]] = {}
+        for cfg in pending:
+            key = (cfg.data.dir, cfg.data.file_bytes, cfg.workload.dataset_bytes, cfg.data.allow_cached)
+            if key not in datasets:
+                if progress and cfg.workload.dataset_bytes > 0:
+                    progress(f"preparing the data set ({cfg.workload.dataset_bytes} bytes)", 0, 0)
+                datasets[key] = prepare_locally(cfg)
+    except BaseException:
+        if previous is not None:
+            folder.release()
+        raise
     local = [d for d in datasets.values() if d is not None]
     total = len(todo) if plan else len(configs) * spec.repeats
     if previous is not None:
-        folder = previous
-        run_id = folder.manifest["run_id"]
-        if not todo:
-            return folder  # every config repeat has finished: nothing to run
-        folder.begin_resume(len(todo))
+        run_id = folder.record.run_id
+        if todo:
+            folder.begin_resume(len(todo))
     else:
         run_id = uuid.uuid4().hex[:12]
         path = Path(out) if out else default_run_dir(spec.name)
         folder = RunFolder.create(
             path, run_id=run_id, experiment=spec.name, spec=spec.model_dump(mode="json"),
             configs=[c.model_dump(mode="json") for c in configs], repeats=spec.repeats,
-            extra={"monitor_interval_s": monitor_interval_s,
-                   "cache_bypass": all(d.cache_bypass for d in local) if local else None,
-                   "data": [{"directory": d.directory, "fs_type": d.fs_type, "cache_bypass": d.cache_bypass,
-                             "bytes": d.total_bytes} for d in local], **(manifest_extra or {})})
-    store = max(object_store_bytes_needed(c) for c in pending) * 2
+            monitor_interval_s=monitor_interval_s,
+            cache_bypass=all(d.cache_bypass for d in local) if local else None,
+            data=[DataSet(directory=d.directory, fs_type=d.fs_type, cache_bypass=d.cache_bypass,
+                          bytes=d.total_bytes) for d in local],
+            **(manifest_extra or {}))
     try:
-        with ray_session(address, object_store_bytes=store):
-            check_object_store(pending, _object_store_bytes())
-            cluster = alive_nodes()
-            for cfg in pending:  # an impossible placement fails before the first config runs
-                plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(cluster))
-            folder.manifest["cluster"] = [dataclasses.asdict(n) for n in cluster]
-            monitors = NodeMonitors([n.node for n in cluster], monitor_interval_s) if monitor_interval_s else None
-            try:
-                if monitors:
-                    folder.manifest["clock_offsets"] = monitors.clock_offsets()
-                _run_all(folder, todo, total, run_id, monitors, prepare_data, progress, deadlines or {})
-            finally:
-                if monitors:
-                    monitors.close()
+        if todo:
+            _run_todo(folder, todo, total, run_id, address, monitor_interval_s, prepare_data, progress,
+                      deadlines or {})
         if progress:
             progress("done", total, total)
+        # Inside the try: a Ctrl-C or an error while the summary and trace are written still
+        # settles the status below, rather than leaving ``running``.
+        _finish(folder, RunStatus.COMPLETE, before_settle=before_settle)
     except KeyboardInterrupt:
-        _finish(folder, "incomplete", "interrupted")
+        _finish(folder, RunStatus.INCOMPLETE, "interrupted", quiet=True)
         raise
     except SystemExit:  # Ray's SIGTERM handler in the driver turns a kill into SystemExit
-        _finish(folder, "incomplete", "terminated")
+        _finish(folder, RunStatus.INCOMPLETE, "terminated", quiet=True)
         raise
     except UserError as err:
-        _finish(folder, "failed", str(err))
+        _finish(folder, RunStatus.FAILED, str(err), quiet=True)
         raise
     except Exception as err:
-        _finish(folder, "failed", f"{type(err).__name__}: {err}")
+        _finish(folder, RunStatus.FAILED, f"{type(err).__name__}: {err}", quiet=True)
         raise
-    _finish(folder, "complete")
+    finally:
+        folder.release()
     return folder
+
+
+def _run_todo(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, run_id: str,
+              address: Optional[str], monitor_interval_s: Optional[float], prepare_data: Optional[PrepareData],
+              progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float]) -> None:
+    """The Ray session, its checks and monitors around ``_run_all``."""
+    pending = list({c.config_id: c for c, _ in todo}.values())
+    store = max(object_store_bytes_needed(c) for c in pending) * 2
+    with ray_session(address, object_store_bytes=store):
+        check_object_store(pending, _object_store_bytes())
+        cluster = alive_nodes()
+        for cfg in pending:  # an impossible placement fails before the first config runs
+            plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(cluster))
+        folder.update(cluster=[dataclasses.asdict(n) for n in cluster])
+        monitors = NodeMonitors([n.node for n in cluster], monitor_interval_s) if monitor_interval_s else None
+        try:
+            if monitors:
+                folder.update(clock_offsets=monitors.clock_offsets())
+            _run_all(folder, todo, total, run_id, monitors, prepare_data, progress, deadlines)
+        finally:
+            if monitors:
+                monitors.close()
 
 
 def _free_bytes(directory: str) -> int:
@@ -451,6 +489,9 @@ def _object_store_bytes() -> int:
 def _run_all(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, run_id: str,
              monitors: Optional[NodeMonitors], prepare_data: Optional[PrepareData],
              progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float]) -> None:
+    """Each config repeat in turn; what a config leaves is its events, its monitor samples and one
+    journal line (no manifest rewrite, no summary), so the bookkeeping per config does not grow
+    with the number of configs done."""
     done = total - len(todo)
     for cfg, repeat in todo:
         if progress:
@@ -465,23 +506,31 @@ def _run_all(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, r
             samples = monitors.stop() if monitors else None
             with contextlib.suppress(OSError):
                 (folder.path / "state").rmdir()  # only when empty: the config's own folder is gone
-        folder.manifest["nodes"].update({n["node"]: n["ip"] for n in outcome.nodes.values()})
-        folder.write_config_events(cfg.config_id, repeat, outcome.columns, status=outcome.status,
-                                   info=outcome.info())
-        if samples is not None:
-            folder.append_resources(samples)
-        folder.write_summary(summarize(folder.events(), folder.manifest["configs"],
-                                       finished=folder.manifest["finished"]))
+        info = {**outcome.info(), "node_ips": {n["node"]: n["ip"] for n in outcome.nodes.values()}}
+        folder.write_config_events(cfg.config_id, repeat, outcome.columns, status=ConfigStatus(outcome.status),
+                                   info=info, resources=samples)
         done += 1
 
 
-def _finish(folder: RunFolder, status: str, error: Optional[str] = None) -> None:
-    """Write the summary and Chrome trace of whatever finished, then the final status."""
-    try:
-        folder.write_summary(summarize(folder.events(), folder.manifest["configs"],
-                                       finished=folder.manifest["finished"]))
-        folder.write_trace(chrome_trace(folder.events(), folder.node_ips()))
-    except UserError as err:  # a full disk: the status line below still says what happened
-        error = error or str(err)
-    folder.set_status(status, error=error)
+def _finish(folder: RunFolder, status: RunStatus, error: Optional[str] = None, *,
+            before_settle: Optional[Callable[[RunFolder, RunStatus], None]] = None, quiet: bool = False) -> None:
+    """Write the summary and Chrome trace of whatever finished, then the final status.
 
+    ``quiet`` (on the way out after an error or an interrupt): nothing raises from here, so the
+    error being handled is the one the caller sees; when even the status cannot be written (a
+    full disk) the folder stays ``running``, and, its lock gone, reads as ``interrupted``."""
+    try:
+        events = folder.events()
+        folder.write_summary(folder.summary(events))
+        folder.write_trace(chrome_trace(events, folder.node_ips()))
+        if before_settle is not None:
+            before_settle(folder, status)
+    except UserError as err:  # a full disk: the status line below still says what happened
+        if not quiet:
+            raise
+        error = error or str(err)
+    try:
+        folder.set_status(status, error=error)
+    except UserError:
+        if not quiet:
+            raise

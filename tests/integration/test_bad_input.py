@@ -13,6 +13,7 @@ import pytest
 
 from testbed.config.spec import expand, parse_spec
 from testbed.model.profile import HardwareProfile, save_profile
+from testbed.records.atomic import atomic_write_text
 from testbed.records.rundir import RunFolder
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ def profile(tmp: Path, host: str) -> str:
     p = HardwareProfile(identity={"host": host, "cpu_model": "Imaginary CPU"}, cores_per_node=2,
                         server_apply_bytes_per_s=1e9, server_call_overhead_s=1e-5, actor_call_latency_s=1e-4,
                         transfer_bytes_per_s_local=1e9)
-    return str(save_profile(p, tmp / f"profile-{host}.json"))
+    return str(save_profile(p, tmp / f"profile-{host}.json", atomic_write_text))
 
 
 def run_folder(tmp: Path) -> str:

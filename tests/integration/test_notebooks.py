@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from testbed.model.profile import DiskProfile, HardwareProfile, save_profile
+from testbed.records.atomic import atomic_write_text
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_S = 120
@@ -45,7 +46,7 @@ def make_runs(root: Path) -> dict[str, Path]:
     from testbed.cli.validate import validate
     from testbed.config.spec import parse_spec
 
-    profile = save_profile(plausible_profile(), root / "profile.json")
+    profile = save_profile(plausible_profile(), root / "profile.json", atomic_write_text)
     folders = {}
     for name, fields in TINY.items():
         data = {**_BASE, **fields, "name": name}

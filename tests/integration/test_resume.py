@@ -9,6 +9,7 @@ import time
 import psutil
 import pytest
 
+from testbed.config.errors import UserError
 from testbed.records.rundir import RunFolder
 
 pytestmark = pytest.mark.integration
@@ -36,9 +37,10 @@ def counts(folder):
 
 
 def finished(folder):
+    """The config repeats recorded so far (the manifest plus the journal a running writer appends to)."""
     try:
-        return json.loads((folder / "manifest.json").read_text())["finished"]
-    except (OSError, ValueError, KeyError):
+        return RunFolder.open(folder).manifest["finished"]
+    except UserError:  # no manifest yet
         return []
 
 

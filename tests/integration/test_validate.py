@@ -59,7 +59,7 @@ def test_every_file_of_the_run_folder_is_written_with_its_content(validated):
     errors = pd.read_csv(path / "errors.csv")
     for model in MODELS:
         mine = errors[errors["model"] == model].set_index("phase")
-        assert {"init", "train", "total"} <= set(mine.index), model
+        assert {"init", "train", "job"} <= set(mine.index), model
         assert (mine["n"] == 3).all()  # one row per config (one repeat each)
         assert np.isfinite(mine[["median_abs_err", "max_abs_err"]].to_numpy()).all()
         assert (mine["median_abs_err"] <= mine["max_abs_err"]).all()
@@ -79,6 +79,10 @@ def test_every_file_of_the_run_folder_is_written_with_its_content(validated):
         assert section in text, section
     for plot in PLOTS:
         assert f"(plots/{plot}.png)" in text, plot
+    # complete comes last: after the profile, the errors and the report (which says complete)
+    settled = (path / "manifest.json").stat().st_mtime_ns
+    assert all((path / name).stat().st_mtime_ns <= settled for name in ("profile.json", "errors.csv", "report.md"))
+    assert "Status: complete;" in (path / "report.md").read_text()
 
 
 def test_summary_has_every_prediction_and_error_column(validated):

@@ -12,6 +12,7 @@ from testbed.calibration.calibrate import calibrate
 from testbed.cli import main
 from testbed.config.space import load_space, sample
 from testbed.model.profile import save_profile
+from testbed.records.atomic import atomic_write_text
 from testbed.records.rundir import RunFolder
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def sampled(ray_local, cache_dir, tmp_path_factory, request):
     base = tmp_path_factory.mktemp("space")
     data_dir = base / "data"
     profile, _, _ = calibrate(quick=True, data_dir=str(data_dir))
-    profile_path = save_profile(profile, base / "profile.json")
+    profile_path = save_profile(profile, base / "profile.json", atomic_write_text)
     space = request.config.rootpath / "tests" / "fixtures" / "small_space.yaml"
     code = main(["validate", str(space), "--sample", "3", "--seed", str(SEED), "--noise", "1",
                  "--out", str(base / "run"), "--profile", str(profile_path), "--set", f"data.dir={data_dir}",

@@ -12,6 +12,7 @@ from testbed.analysis.findings import ServerSaturation, _knee_shift
 from testbed.config.errors import UserError
 from testbed.config.spec import expand, parse_spec
 from testbed.model.profile import save_profile
+from testbed.records.atomic import atomic_write_text
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
 from testbed.records.rundir import RunFolder
 from testbed.report import plots
@@ -56,10 +57,11 @@ def build_run(path, name="exp", *, workers=(1, 2, 4), init_s=lambda n: 0.5 * n, 
         if with_monitor:
             values = ("node", cfg.config_id, 0, t0, 50.0, 10, 1.0, 1e6, 2e6, 3e5, 3e5)
             folder.append_resources({c: [v] for (c, _), v in zip(RESOURCE_SCHEMA, values)})
-    folder.manifest["started"] = started
+    folder.update(started=started)
     folder.set_status(status)
+    folder.release()
     if with_profile:
-        save_profile(profile(), folder.path / "profile.json")
+        save_profile(profile(), folder.path / "profile.json", atomic_write_text)
     return folder.path
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from testbed.calibration.calibrate import fit_line, identity_key, machine_identity, reusable_profile
 from testbed.model.profile import save_profile
+from testbed.records.atomic import atomic_write_text
 from tests import factories
 
 NODES = [{"NodeManagerAddress": "10.0.0.2", "Alive": True, "Resources": {"CPU": 8.0, "memory": 30 * 2**30}},
@@ -39,7 +40,7 @@ def test_cached_profile_is_reused_only_for_the_same_machine(tmp_path):
     ident = machine_identity(NODES, "~/data")
     path = tmp_path / "p.json"
     assert reusable_profile(path, ident) is None  # nothing cached
-    save_profile(profile(ident), path)
+    save_profile(profile(ident), path, atomic_write_text)
     assert reusable_profile(path, ident) == profile(ident)
     other = machine_identity(NODES[:1], "~/data")
     assert reusable_profile(path, other) is None  # another cluster: measure again
@@ -49,7 +50,7 @@ def test_cached_profile_is_reused_only_for_the_same_machine(tmp_path):
 
 def test_profile_round_trips_through_json(tmp_path):
     ident = machine_identity(NODES, None)
-    path = save_profile(profile(ident), tmp_path / "p.json")
+    path = save_profile(profile(ident), tmp_path / "p.json", atomic_write_text)
     data = json.loads(path.read_text())
     assert data["schema_version"] == 2 and data["disk"]["seq_read_bytes_per_s"] == {"1": 5e8, "2": 9e8}
 

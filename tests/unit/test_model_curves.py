@@ -14,6 +14,7 @@ from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, extrapolated, predict, step_terms
 from testbed.model.curves import CALL_COST_CURVES, CallCosts, SizeCurve, leave_one_out_residuals
 from testbed.model.profile import PROFILE_SCHEMA_VERSION, HardwareProfile, StepCpuLine, load_profile, save_profile
+from testbed.records.atomic import atomic_write_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KIB, MIB, MS = 2**10, 2**20, 1e-3
@@ -138,7 +139,7 @@ def test_extrapolated_figures_are_named():
 
 def test_profile_with_curves_round_trips(tmp_path):
     p = profile(costs(1), costs(2))
-    path = save_profile(p, tmp_path / "p.json")
+    path = save_profile(p, tmp_path / "p.json", atomic_write_text)
     assert json.loads(path.read_text())["schema_version"] == PROFILE_SCHEMA_VERSION == 2
     assert load_profile(path) == p
 

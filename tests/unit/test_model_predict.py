@@ -14,6 +14,7 @@ from testbed.config.spec import ConfigFields
 from testbed.model import ModelFamily, predict, scaling_curve, step_terms
 from testbed.model.profile import StepCpuLine, save_profile
 from testbed.model.sweep import CSV_COLUMNS, parse_models, predict_spec
+from testbed.records.atomic import atomic_write_text
 from tests.factories import profile
 
 SPEC = """\
@@ -31,7 +32,7 @@ sweep:
 def files(tmp_path):
     spec = tmp_path / "demo.yaml"
     spec.write_text(SPEC)
-    return spec, save_profile(profile(), tmp_path / "profile.json")
+    return spec, save_profile(profile(), tmp_path / "profile.json", atomic_write_text)
 
 
 def test_predict_spec_rows_and_columns(files):

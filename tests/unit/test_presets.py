@@ -11,6 +11,7 @@ import pytest
 from testbed.config.errors import UserError
 from testbed.config.presets import PRESETS, preset_names, preset_summary, resolve_preset, scaled_gradient_bytes
 from testbed.config.spec import Network, expand, parse_spec
+from testbed.records.rundir import RunFolder
 from testbed.report.writer import write_report
 from tests.unit.test_report import build_folder  # a run folder built by hand
 
@@ -139,9 +140,9 @@ def test_the_report_header_names_preset_source_and_scale(tmp_path):
     line = preset_summary(spec.model_dump(mode="json"))
     assert "resnet50@h100" in line and "scale 0.1" in line and "resnet50_h100.yaml" in line
     assert preset_summary(_spec().model_dump(mode="json")) is None
-    folder = build_folder(tmp_path / "run")
-    folder.manifest["spec"] = spec.model_dump(mode="json")
-    folder.write_manifest()
+    folder = RunFolder.open_for_writing(build_folder(tmp_path / "run").path)
+    folder.update(spec=spec.model_dump(mode="json"))
+    folder.release()
     text = write_report(folder.path).read_text()
     assert f"\n{line}\n" in text
     assert text.index("Preset:") < text.index("## ")  # in the header, before the first section

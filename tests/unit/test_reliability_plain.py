@@ -32,12 +32,11 @@ def test_a_spec_saved_before_the_reliability_fields_is_the_same_spec():
 
 def test_missing_runs_are_those_not_finished_in_sweep_order():
     configs = expand(spec(sweep={"workers": [1, 2, 3]}, repeats=2))
-    manifest = {"finished": [{"config_id": configs[0].config_id, "repeat": 0},
-                             {"config_id": configs[1].config_id, "repeat": 1}]}
-    todo = [(c.config_id, r) for c, r in missing_runs(manifest, configs, 2)]
+    done = {(configs[0].config_id, 0), (configs[1].config_id, 1)}
+    todo = [(c.config_id, r) for c, r in missing_runs(done, configs, 2)]
     assert todo == [(configs[0].config_id, 1), (configs[1].config_id, 0), (configs[2].config_id, 0),
                     (configs[2].config_id, 1)]
-    assert missing_runs({"finished": []}, configs, 2).__len__() == 6
+    assert missing_runs(set(), configs, 2).__len__() == 6
 
 
 def test_default_deadline_is_margin_times_prediction_plus_slack():

@@ -12,6 +12,7 @@ from testbed.cli.common import summary_table
 from testbed.config.spec import expand, parse_spec
 from testbed.emulation.apply import APPLY_CHUNK_ELEMENTS, apply_in_place, apply_scratch
 from testbed.model.profile import HardwareProfile, save_profile
+from testbed.records.atomic import atomic_write_text
 from testbed.records.events import EVENT_SCHEMA, RESOURCE_SCHEMA
 from testbed.records.rundir import PROFILE_FILE, RunFolder
 from testbed.records.summary import SHOWN_COLUMNS, shown_columns
@@ -37,11 +38,11 @@ def build_folder(path, with_monitor=True):
     cfg = expand(spec)[0]
     folder = RunFolder.create(path, run_id="r1", experiment="rep", spec=spec.model_dump(mode="json"),
                               configs=[cfg.model_dump(mode="json")], repeats=1)
-    folder.manifest["cluster"] = [{"node": "nodeA" * 4, "ip": "10.0.0.1", "cpus": 2.0},
-                                  {"node": "nodeB" * 4, "ip": "10.0.0.2", "cpus": 2.0}]
+    folder.update(cluster=[{"node": "nodeA" * 4, "ip": "10.0.0.1", "cpus": 2.0},
+                           {"node": "nodeB" * 4, "ip": "10.0.0.2", "cpus": 2.0}])
     if with_monitor:
-        folder.manifest["clock_offsets"] = {"nodeA" * 4: {"offset_ns": 0, "rtt_ns": 200_000},
-                                            "nodeB" * 4: {"offset_ns": -3_000_000, "rtt_ns": 1_000_000}}
+        folder.update(clock_offsets={"nodeA" * 4: {"offset_ns": 0, "rtt_ns": 200_000},
+                                     "nodeB" * 4: {"offset_ns": -3_000_000, "rtt_ns": 1_000_000}})
     names = [n for n, _, _ in EVENT_SCHEMA]
     t0 = 10**18
     rows = [("r1", cfg.config_id, 0, "driver", "driver", "nodeA" * 4, ph, -1, t0 + i * 10**8, 10**8, 0, -1)
@@ -63,6 +64,7 @@ def build_folder(path, with_monitor=True):
                     samples[name].append(v)
         folder.append_resources(samples)
     folder.set_status("complete")
+    folder.release()
     return folder
 
 
@@ -155,7 +157,7 @@ def test_sections_return_content_and_write_nothing(tmp_path):
 
 def test_the_report_writes_summary_csv_once_with_the_prediction_columns(tmp_path, monkeypatch):
     folder = build_folder(tmp_path / "run")
-    save_profile(factories.profile(), folder.path / PROFILE_FILE)
+    save_profile(factories.profile(), folder.path / PROFILE_FILE, atomic_write_text)
     writes = []
     real = writer.atomic_write_text
     monkeypatch.setattr(writer, "atomic_write_text", lambda path, text: (writes.append(Path(path).name),
