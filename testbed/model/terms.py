@@ -197,6 +197,22 @@ def _per_step_cpu(profile: HardwareProfile, role: str, nbytes: float, actors: in
     return actors * fixed + (nbytes / rate if rate else 0.0)
 
 
+def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float, s: int) -> float:
+    """A worker-side figure (its push, its pull, its CPU per call) at gradient size ``m`` with
+    ``s`` shards. Up to the largest calibrated shard count: that count's curve. Beyond it, the
+    worker makes one call per shard, so the figure grows linearly in S along the step between
+    the two largest calibrated counts (never shrinking): the first held-out draw had 3 and 4
+    shards read at 2's curve, and the workers' CPU per step 2-3 times the prediction."""
+    value = getattr(costs, name).at(m)
+    calibrated = sorted(profile.call_costs, key=lambda c: c.shards)
+    if len(calibrated) < 2 or s <= calibrated[-1].shards:
+        return value
+    lo, hi = calibrated[-2], calibrated[-1]
+    top = getattr(hi, name).at(m)
+    slope = max(0.0, (top - getattr(lo, name).at(m)) / (hi.shards - lo.shards))
+    return top + slope * (s - hi.shards)
+
+
 def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dict[str, Any]:
     """The per-call terms read on the calibrated curves at the config's gradient size.
 
@@ -207,7 +223,7 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     (producing and slicing the gradient) is the worker's extra work."""
     m, s, k = config.gradient_bytes, config.servers, config.pull_every
     part = m / s
-    push, pull = costs.worker_push_s.at(m), costs.worker_pull_s.at(m)
+    push, pull = _worker_side(profile, costs, "worker_push_s", m, s), _worker_side(profile, costs, "worker_pull_s", m, s)
     apply_cal = costs.apply_s.at(part)
     # A shard's service can't be shorter than its apply nor longer than the call it serves.
     s_push = min(push, max(apply_cal, costs.shard_push_cpu_s.at(part)))
@@ -217,7 +233,8 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     extra_net = m / remote - m / profile.transfer_bytes_per_s_local if remote != profile.transfer_bytes_per_s_local \
         else 0.0
     gap = costs.step_gap_s.at(m)
-    worker_cpu = costs.worker_push_cpu_s.at(m) + costs.worker_pull_cpu_s.at(m) / k
+    worker_cpu = (_worker_side(profile, costs, "worker_push_cpu_s", m, s)
+                  + _worker_side(profile, costs, "worker_pull_cpu_s", m, s) / k)
     # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
     shards_cpu = s * (costs.shard_push_cpu_s.at(part) + costs.shard_pull_cpu_s.at(part) / k)
     emulated = float(getattr(config, "apply_seconds", 0.0)) / s

@@ -43,6 +43,7 @@ from actors.server import ServerActor
 from testbed.config.errors import UserError
 from testbed.config.faults import KillServer, KillWorker, shard_faults
 from testbed.config.spec import (
+    ComputeMode,
     ExperimentSpec,
     InitIO,
     RunConfig,
@@ -161,6 +162,17 @@ class ConfigOutcome:
         return out
 
 
+def _workers_per_process(cfg: RunConfig) -> Optional[int]:
+    """How many workers a process hosts: as the spec says; else, for compute that busies a
+    core (spin, matmul), one per process, since virtual workers are threads of one Python
+    process and a spinning thread holds its interpreter lock, stalling its siblings' calls
+    (the first held-out draw: spin configs' pushes up to 5x the prediction); else (sleep)
+    chosen per node by ``group_workers``."""
+    if cfg.workers_per_process is not None:
+        return cfg.workers_per_process
+    return None if cfg.compute.mode is ComputeMode.SLEEP else 1
+
+
 def _cluster_shape(nodes: list[NodeInfo]) -> tuple[int, float]:
     """(nodes with CPUs, CPUs of the smallest of them): what a placement plan depends on."""
     cpus = [n.cpus for n in nodes if n.cpus > 0]
@@ -237,7 +249,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
         # multiple of its cores, or workers_per_process each); a process starts in the bundle
         # of its first worker, on the node every one of its workers was placed on.
         groups = group_workers([slots.worker_node(i) for i in range(cfg.workers)],
-                               {n.node: n.cpus for n in cluster}, cfg.workers_per_process)
+                               {n.node: n.cpus for n in cluster}, _workers_per_process(cfg))
         until = time.monotonic() + deadline_s if deadline_s is not None else None
         try:
             with rec.timed(Phase.SETUP):

@@ -198,3 +198,18 @@ def test_one_worker_whose_cpu_exceeds_its_whole_step_is_still_predicted_as_calib
     # and many such workers saturate the two cores: N u / K bounds the step from below
     many = predict(config(workers=16), profile(heavy), ModelFamily.QUEUEING)
     assert many.step_s >= 16 * step_terms(config(), profile(heavy)).cpu_demand_s / 2 * 0.999
+
+
+def test_worker_figures_grow_linearly_in_the_shards_beyond_the_calibrated_counts():
+    # 1 shard: a push of 4 MiB costs c; 2 shards: 1.5 c (one more call). 4 shards: 2.5 c.
+    one, two = costs(1), costs(2, push_factor=lambda b: 1.5)
+    p = profile(one, two)
+    c = one.worker_push_s.at(4 * MIB)
+    t = {s: step_terms(config(servers=s), p) for s in (1, 2, 4)}
+    push = {s: t[s].push_transfer_s + t[s].push_service_s for s in t}
+    assert push[1] == pytest.approx(c) and push[2] == pytest.approx(1.5 * c)
+    assert push[4] == pytest.approx(2.5 * c)
+    # a figure that does not grow with S is not made to shrink beyond the calibrated counts
+    flat = profile(costs(1, push_factor=lambda b: 1.2), costs(2))
+    assert step_terms(config(servers=4), flat).worker_cpu_s == pytest.approx(step_terms(config(servers=2), flat)
+                                                                             .worker_cpu_s)

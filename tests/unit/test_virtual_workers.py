@@ -228,3 +228,12 @@ def test_workers_per_process_is_validated_and_leaves_config_ids_alone():
     assert config(workers_per_process=8).workers_per_process == 8
     assert config().config_id == config(workers_per_process=None).config_id
     assert config().config_id != config(workers_per_process=8).config_id
+
+
+def test_cpu_bound_compute_gets_a_process_per_worker_unless_the_spec_says_otherwise():
+    from testbed.runner.run import _workers_per_process
+    assert _workers_per_process(config(workers=8, compute={"mode": "spin", "seconds": "1ms"})) == 1
+    assert _workers_per_process(config(workers=8, compute={"mode": "matmul", "flops": 1e6})) == 1
+    assert _workers_per_process(config(workers=8)) is None  # sleep: chosen per node
+    assert _workers_per_process(config(workers=8, workers_per_process=4,
+                                       compute={"mode": "spin", "seconds": "1ms"})) == 4
