@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from testbed.calibration.costs import SIZES_BYTES, init_call_from_points, measure_call_costs
+from testbed.calibration.costs import SIZES_BYTES, init_call_from_points, measure_call_costs, ray_cpu_from_points
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
@@ -53,7 +53,7 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # Bumped whenever what calibration measures changes, so that profiles cached by an older
 # procedure are measured again instead of reused.
-CALIBRATION_VERSION = 4  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call
+CALIBRATION_VERSION = 5  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -203,6 +203,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "call_costs": costs, "init_call_s": init_call_from_points(points),
+        "ray_cpu_per_step_s": ray_cpu_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }
 

@@ -25,7 +25,7 @@ import numpy as np
 from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
-           "measure_call_costs", "init_call_from_points", "STEP_PAUSE_S"]
+           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -52,6 +52,7 @@ class RunPoint:
     worker_cpu_s: float      # the worker process's CPU during training
     shard_cpu_s: float       # one shard process's CPU during training (mean over shards)
     init_s: float = 0.0      # the driver's init span (nothing to read: the call alone)
+    ray_cpu_s: float = 0.0   # Ray's own processes' CPU during training (raylet, GCS, agents)
 
 
 def _trimmed_mean(durations: list[float], cut: float = 0.1) -> float:
@@ -65,7 +66,7 @@ def _trimmed_mean(durations: list[float], cut: float = 0.1) -> float:
 
 
 def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[str, list],
-                   train_cpu_s: dict[str, float]) -> RunPoint:
+                   train_cpu_s: dict[str, float], ray_cpu_s: float = 0.0) -> RunPoint:
     """A ``RunPoint`` from a run's event columns and its actors' training CPU."""
     by: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for role, phase, step, dur in zip(columns["role"], columns["phase"], columns["step"], columns["duration_ns"]):
@@ -84,7 +85,7 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
     return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
                     _trimmed_mean(events("server", "apply")), gap,
                     float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0,
-                    float(np.median(init)) if init else 0.0)
+                    float(np.median(init)) if init else 0.0, float(ray_cpu_s))
 
 
 def init_call_from_points(points: list[RunPoint]) -> float | None:
@@ -92,6 +93,14 @@ def init_call_from_points(points: list[RunPoint]) -> float | None:
     when no run recorded one)."""
     spans = [p.init_s for p in points if p.init_s > 0]
     return float(np.median(spans)) if spans else None
+
+
+def ray_cpu_from_points(points: list[RunPoint]) -> SizeCurve | None:
+    """Ray's own processes' CPU per worker step against the gradient size, from the one-shard
+    runs that pull every step (None when no run measured it: a node other than the driver's)."""
+    rows = [(p.gradient_bytes, p.ray_cpu_s / p.steps) for p in points
+            if p.shards == 1 and p.pulls >= p.steps and p.ray_cpu_s > 0]
+    return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
 
 
 def _step_gap_s(columns: dict[str, list]) -> float:
@@ -202,7 +211,8 @@ def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int) -> R
                              "pull_every": pull_every or steps, "workload": {"steps": steps},
                              "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
     outcome = run_config(cfg, 0, "calibrate")
-    return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s)
+    return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
+                          sum(outcome.ray_background_cpu_s.values()))
 
 
 def measure_call_costs(quick: bool, progress: Callable[[str], None]) -> tuple[tuple[CallCosts, ...], list[RunPoint]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from testbed.config.errors import UserError
-from testbed.model.curves import CallCosts, ReferenceCurves, coerce_call_costs
+from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve, coerce_call_costs
 
 __all__ = ["DiskProfile", "HardwareProfile", "StepCpuLine", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION",
            "load_profile", "save_profile", "profile_text", "check_profile_machine", "migrate_v1"]
@@ -108,6 +108,9 @@ class HardwareProfile:
     nodes: Optional[int] = None              # nodes of the cluster (None: len(identity["nodes"]), else 1)
     actor_setup_s: Optional[float] = None    # starting one more actor (when no start-up curve is known)
     init_call_s: Optional[float] = None      # the driver's init call with nothing to read (None: L)
+    # CPU of Ray's own processes (raylet with its object store, GCS, agents) per worker step,
+    # against the gradient size: nobody waits for it, but it takes the cores (None: not measured).
+    ray_cpu_per_step_s: Optional[SizeCurve] = None
     # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
     call_costs: tuple[CallCosts, ...] = ()
     reference_curves: Optional[ReferenceCurves] = None  # microbenchmarks of the same paths, for reference
@@ -147,6 +150,8 @@ class HardwareProfile:
         if isinstance(self.reference_curves, dict):
             object.__setattr__(self, "reference_curves", ReferenceCurves(**self.reference_curves))
         object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
+        if isinstance(self.ray_cpu_per_step_s, dict):
+            object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 
     def scalar_figures(self) -> dict[str, float]:
         """The optional scalar figures that are set, by name (for profile tables)."""

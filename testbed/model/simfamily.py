@@ -86,7 +86,9 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
         pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
-        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu),
+        # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own
+        # processes' work for the step: it runs meanwhile, nobody waits for it, it takes the cores.
+        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu) + t.ray_cpu_s,
         cores=t.cores, call_s=profile.actor_call_latency_s, restart_s=float(restart or 0.0), seed=int(config.seed),
         stragglers=tuple((w, f, min(steps - 1, round(k0 * scale))) for w, f, k0 in stragglers(config)),
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),

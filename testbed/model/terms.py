@@ -88,6 +88,7 @@ class StepTerms:
     worker_extra_s: float = 0.0          # untimed worker work per step: producing the gradient
     server_cpu_s: float = 0.0            # CPU all shards spend per worker step (calibrated; 0: unknown)
     setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
+    ray_cpu_s: float = 0.0               # CPU of Ray's own processes per worker step (raylet, GCS)
 
     @property
     def server_demand_s(self) -> float:
@@ -105,7 +106,7 @@ class StepTerms:
         and the shards' work for it (0 without the CPU centre)."""
         if not self.has_cpu_centre:
             return 0.0
-        return (self.worker_cpu_s or 0.0) + self.worker_extra_s + self.server_cpu_s
+        return (self.worker_cpu_s or 0.0) + self.worker_extra_s + self.server_cpu_s + self.ray_cpu_s
 
     @property
     def cpu_demand_s(self) -> float:
@@ -277,6 +278,7 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
+        ray_cpu_s=profile.ray_cpu_per_step_s.at(config.gradient_bytes) if profile.ray_cpu_per_step_s else 0.0,
         **calls,
     )
 

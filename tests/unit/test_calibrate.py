@@ -133,3 +133,20 @@ def test_call_costs_from_runs_at_two_shard_counts():
     assert two.worker_push_s.at(2**24) == pytest.approx(18e-3)
     w_push, w_pull = two.worker_push_cpu_s.at(2**20), two.worker_pull_cpu_s.at(2**20)
     assert w_push == pytest.approx(2 * w_pull) and 10 * (w_push + w_pull) == pytest.approx(2 * 0.045)
+
+
+def test_ray_cpu_per_step_is_calibrated_and_takes_the_cores_in_the_simulation():
+    from testbed.calibration.costs import point_from_run, ray_cpu_from_points
+    from testbed.model import ModelFamily, predict
+    from testbed.model.curves import SizeCurve
+    points = [point_from_run(size, 1, 10, columns(10, 2.0, 1.0, 0.3), {}, ray_cpu_s=cost)
+              for size, cost in ((4096, 0.01), (2**20, 0.05))]
+    points.append(point_from_run(4096, 1, 10, columns(10, 2.0, 1.0, 0.3, pull_every=10), {}, ray_cpu_s=0.5))
+    curve = ray_cpu_from_points(points)
+    assert curve is not None and curve.points == ((4096.0, 1e-3), (2.0**20, 5e-3))  # per step; pull-every-step runs
+    assert ray_cpu_from_points(points[:1]) is None
+    cfg = factories.config_fields(workers=8, compute={"seconds": 0.005})
+    quiet = predict(cfg, factories.profile(), ModelFamily.SIMULATED)
+    busy = predict(cfg, factories.profile(ray_cpu_per_step_s=SizeCurve(((1.0, 4e-3), (2.0**30, 4e-3)))),
+                   ModelFamily.SIMULATED)
+    assert busy.train_s > quiet.train_s  # 8 workers x 4 ms of Ray's CPU per step on 2 cores
