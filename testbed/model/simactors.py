@@ -113,7 +113,10 @@ class SimShard:
         if sleep_s > 0:
             yield self.env.timeout(sleep_s * f)
 
-    def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
+    def push(self, worker: int, step: int, copy: bool = False) -> Iterator[simpy.Event]:
+        """Apply one push under the lock; with ``copy``, the pull that is due travels with it
+        (``push_pull``: the parameters are copied in the same lock hold, with no second call).
+        Returns the time the push was done (where the worker splits the call into push and pull)."""
         env, spec = self.env, self.spec
         t_call = env.now
         if spec.overhead_s > 0:
@@ -133,7 +136,14 @@ class SimShard:
             reached = self._reached.pop(self.version, None)
             if reached is not None:
                 reached.succeed()
-        self.tally.add(PUSH_SERVER, env.now - t_call)
+            pushed = env.now
+            if copy:
+                yield from self._work(spec.copy_s, 0.0)
+                self.busy_s += env.now - pushed
+        self.tally.add(PUSH_SERVER, pushed - t_call)
+        if copy:
+            self.tally.add(PULL_SERVER, env.now - pushed)
+        return pushed
 
     def pull(self) -> Iterator[simpy.Event]:
         env = self.env
@@ -147,12 +157,13 @@ class SimShard:
             self.busy_s += env.now - start
         self.tally.add(PULL_SERVER, env.now - t_call)
 
-    def pull_at(self, version: int) -> Iterator[simpy.Event]:
+    def pull_at(self, version: int, dispatch: bool = True) -> Iterator[simpy.Event]:
         """Wait until ``version`` updates are applied; the first pull of a version copies the
-        parameters, the others share that snapshot. Returns the seconds waited (the barrier)."""
+        parameters, the others share that snapshot. Returns the seconds waited (the barrier).
+        ``dispatch`` False: the pull travels with a push (``push_pull_at``), no call of its own."""
         env = self.env
         t_call = env.now
-        if self.spec.overhead_s > 0:
+        if dispatch and self.spec.overhead_s > 0:
             yield self.node.cores.serve(self.spec.overhead_s)
         t0 = env.now
         if self.version < version:
@@ -227,6 +238,26 @@ class SimClient:
     def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
         yield from self._all([s.push(worker, step) for s in self.shards])
+
+    def push_pull(self, worker: int, step: int) -> Iterator[simpy.Event]:
+        """A push with the pull that is due (``RayServerClient.push_pull``): one call per shard.
+        Returns when the last shard was done with the push (the worker's push/pull split)."""
+        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        pushed = yield from self._all([s.push(worker, step, copy=True) for s in self.shards])
+        yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
+        return max(pushed)
+
+    def push_pull_at(self, worker: int, step: int, version: int) -> Iterator[simpy.Event]:
+        """``sync``: a push, then the pull of ``version``, in one call per shard. Returns (when
+        the last shard was done with the push, the seconds each shard waited for the round)."""
+        def one(shard: SimShard) -> Iterator[simpy.Event]:
+            pushed = yield from shard.push(worker, step)
+            waited = yield from shard.pull_at(version, dispatch=False)
+            return pushed, waited
+        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        results = yield from self._all([one(s) for s in self.shards])
+        yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
+        return max(p for p, _ in results), [w for _, w in results]
 
     def pull(self) -> Iterator[simpy.Event]:
         yield from self._all([s.pull() for s in self.shards])

@@ -74,8 +74,12 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     overhead = max(0.0, t.push_service_s - t.apply_s)
     apply_sleep = min(t.apply_s, float(getattr(config, "apply_seconds", 0.0)) / s)
     apply_cpu = t.apply_s - apply_sleep
-    copy = max(0.0, t.pull_service_s - overhead)
-    services_cpu = s * (overhead + apply_cpu) + s * (overhead + copy) / k
+    # A pull's copy under the lock. The scalar terms' s_pull is a call of its own: dispatch plus
+    # copy. Calibrated curves measure a due pull as it runs: under async and sync it travels
+    # with the push (one call, no dispatch of its own), so s_pull is the copy alone there.
+    combined = bool(profile.call_costs) and _value(config.sync) != "ssp"
+    copy = max(0.0, t.pull_service_s - (0.0 if combined else overhead))
+    services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),

@@ -86,15 +86,23 @@ class SimWorker:
                 yield from self.compute(step)
             if spec.fill_s > 0:
                 yield node.cores.serve(spec.fill_s)  # grad = self.source.fill(step): untimed
-            with self.timed[PUSH]:
-                yield from self.client.push(self.index, step)
+            pull_due = (step + 1) % pull_every == 0
             if mode == "sync":
-                yield from self._sync_pull(step)
+                yield from self._sync_push_pull(step)
+            elif mode == "async" and pull_due:
+                # The pull that is due travels with the push: one call per shard, split into
+                # push and pull where the shards were done with the push (as the worker does).
+                t0 = env.now
+                pushed = yield from self.client.push_pull(self.index, step)
+                self.tally.add(PUSH, pushed - t0)
+                self.tally.add(PULL, env.now - pushed)
             else:
+                with self.timed[PUSH]:
+                    yield from self.client.push(self.index, step)
                 if mode == "ssp" and step + 1 < steps:
                     with self.timed[BARRIER]:
                         yield from self.clock.tick(self.index, step + 1)
-                if (step + 1) % pull_every == 0:
+                if pull_due:
                     with self.timed[PULL]:
                         yield from self.client.pull()
             self.steps_done = step + 1
@@ -118,14 +126,16 @@ class SimWorker:
         else:
             yield self.node.cores.serve(duration)
 
-    def _sync_pull(self, step: int) -> Iterator[simpy.Event]:
-        """Pull the parameters as of all N pushes of ``step``, split into ``barrier`` and ``pull``."""
+    def _sync_push_pull(self, step: int) -> Iterator[simpy.Event]:
+        """Push, then pull the parameters as of all N pushes of ``step``, in one call per shard
+        (``push_pull_at``), split into ``push``, ``barrier`` and ``pull`` as the worker splits it."""
         t0 = self.env.now
-        waited = yield from self.client.pull_at(self.spec.workers * (step + 1))
-        total = self.env.now - t0
-        barrier = min(total, max(waited))
+        pushed, waited = yield from self.client.push_pull_at(self.index, step, self.spec.workers * (step + 1))
+        self.tally.add(PUSH, pushed - t0)
+        rest = self.env.now - pushed
+        barrier = min(rest, max(waited))
         self.tally.add(BARRIER, barrier)
-        self.tally.add(PULL, total - barrier)
+        self.tally.add(PULL, rest - barrier)
 
 
 def _factors(spec: SimSpec, rng: np.random.Generator) -> np.ndarray:
