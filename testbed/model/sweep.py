@@ -9,7 +9,6 @@ chosen families and returns one row per config and family. It needs no Ray.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -17,7 +16,6 @@ import pandas as pd
 
 from testbed.config.errors import UserError
 from testbed.config.spec import ConfigFields, ExperimentSpec, RunConfig, expand, load_spec
-from testbed.config.units import format_seconds
 from testbed.model import ModelFamily, predict
 from testbed.model.profile import HardwareProfile, load_profile
 
@@ -97,36 +95,3 @@ def predict_spec(spec: str | Path | ExperimentSpec | RunConfig | Sequence[RunCon
     if not isinstance(profile, HardwareProfile):
         profile = load_profile(profile)
     return predict_configs(_configs(spec), profile, models)
-
-
-def _knee(value: Any, search_max: Any, model: str) -> str:
-    """A knee count, '>n' when the search found none up to n, '-' for the initial family
-    (which scales linearly by construction)."""
-    if model == ModelFamily.INITIAL.value:
-        return "-"
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return f">{search_max}" if search_max is not None and not pd.isna(search_max) else "-"
-    return str(int(value))
-
-
-def format_table(frame: pd.DataFrame) -> str:
-    """A plain-text table per config: one line per family with the times, the rate, the
-    binding resource and the knees."""
-    if frame.empty:
-        return "(no configs)"
-    header = ["model", "init", "train", "total", "step", "steps/s", "bound", "knee", "knee(train)", "N*"]
-    blocks = []
-    for config_id, group in frame.groupby("config_id", sort=False):
-        first = group.iloc[0]
-        lines = [[str(r["model"]), format_seconds(r["init_s"]), format_seconds(r["train_s"]),
-                  format_seconds(r["total_s"]), format_seconds(r["step_s"]), f"{r['steps_per_s']:.4g}",
-                  str(r["bound"]), _knee(r["knee_workers"], r.get("knee_search_max"), r["model"]),
-                  _knee(r.get("knee_train_workers"), r.get("knee_search_max"), r["model"]),
-                  "-" if pd.isna(r.get("knee_asymptotic")) else f"{r['knee_asymptotic']:.3g}"]
-                 for _, r in group.iterrows()]
-        widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header))]
-        fmt = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-        title = f"{config_id}: workers={first['workers']} servers={first['servers']} steps/worker={first['steps']}"
-        blocks.append("\n".join([title, fmt(header)] + [fmt(row) for row in lines]))
-    return "\n\n".join(blocks)
-
