@@ -47,6 +47,7 @@ from testbed.config.spec import (
     _config_id,  # the id expand() gives, so sampled configs are named like swept ones
     _format_validation_error,
     _set_path,
+    field_at,
     parse_spec,
 )
 from testbed.config.units import parse_bytes, parse_seconds
@@ -121,19 +122,10 @@ def _same(value: Any, allowed: tuple[Any, ...]) -> bool:
 
 def _field(path: str, where: str) -> Any:
     """The pydantic field a dotted config path names; a UserError listing the allowed names if none."""
-    model: type[BaseModel] = ConfigFields
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        fields = model.model_fields
-        if part not in fields:
-            at = ".".join(parts[:i]) or "the top level"
-            raise UserError(f"{where}: {part!r} is not a field of {at}; allowed: {', '.join(fields)}")
-        info = fields[part]
-        if i == len(parts) - 1:
-            return info
-        if not (isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)):
-            raise UserError(f"{where}: {part!r} has no sub-fields")
-        model = info.annotation
+    try:
+        return field_at(path)
+    except ValueError as err:
+        raise UserError(f"{where}: {err}") from None
 
 
 def _unit_parser(info: Any):

@@ -43,7 +43,7 @@ __all__ = [
     "RunConfig",
     "load_spec", "parse_spec", "expand", "apply_overrides", "DEFAULT_DATA_DIR", "DEFAULT_BARRIER_TIMEOUT_S",
     "DEADLINE_SLACK_S", "spec_diff", "with_reliability_defaults", "MAX_STEPS", "MAX_FLOPS", "MAX_SWEEP_CONFIGS",
-    "MIN_DEADLINE_S", "sweep_configs",
+    "MIN_DEADLINE_S", "sweep_configs", "field_at",
 ]
 
 DEFAULT_DATA_DIR = "~/.cache/ddnn-testbed/data"
@@ -403,19 +403,29 @@ def check_knobs_take_effect(configs: list["ConfigFields"]) -> None:
             raise ValueError(reason)
 
 
-def _check_path(path: str) -> None:
+def field_at(path: str) -> Any:
+    """The pydantic field (``FieldInfo``) a dotted config path names (``compute.seconds``);
+    ``ValueError`` naming the allowed fields where a part is not one, or has no sub-fields."""
     model: type[BaseModel] = ConfigFields
     parts = path.split(".")
     for i, part in enumerate(parts):
         fields = model.model_fields
         if part not in fields:
             where = ".".join(parts[:i]) or "the top level"
-            raise ValueError(f"sweep key {path!r}: {part!r} is not a field of {where}; allowed: {', '.join(fields)}")
-        annotation = fields[part].annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-        elif i != len(parts) - 1:
-            raise ValueError(f"sweep key {path!r}: {part!r} has no sub-fields")
+            raise ValueError(f"{part!r} is not a field of {where}; allowed: {', '.join(fields)}")
+        info = fields[part]
+        if i == len(parts) - 1:
+            return info
+        if not (isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)):
+            raise ValueError(f"{part!r} has no sub-fields")
+        model = info.annotation
+
+
+def _check_path(path: str) -> None:
+    try:
+        field_at(path)
+    except ValueError as err:
+        raise ValueError(f"sweep key {path!r}: {err}") from None
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
