@@ -24,6 +24,19 @@ def ray_local():
         yield ray
 
 
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """Profiles cached in a folder of the test module's own, not the user's."""
+    path = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("TESTBED_CACHE_DIR")
+    os.environ["TESTBED_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["TESTBED_CACHE_DIR"]
+    else:
+        os.environ["TESTBED_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

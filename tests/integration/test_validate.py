@@ -1,7 +1,6 @@
 """testbed validate end to end on real local Ray: calibrate, run, predict, compare, report."""
 
 import json
-import os
 
 import numpy as np
 import pandas as pd
@@ -17,19 +16,6 @@ from testbed.report.comparison import PLOTS
 from testbed.report.writer import write_report
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """Profiles cached in a folder of the test's own, not the user's."""
-    path = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("TESTBED_CACHE_DIR")
-    os.environ["TESTBED_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        del os.environ["TESTBED_CACHE_DIR"]
-    else:
-        os.environ["TESTBED_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module")

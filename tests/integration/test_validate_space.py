@@ -2,7 +2,6 @@
 and compared, and the held-out distribution is written with every family's rows."""
 
 import json
-import os
 
 import pandas as pd
 import pytest
@@ -18,19 +17,6 @@ from testbed.records.rundir import RunFolder
 pytestmark = pytest.mark.integration
 
 SEED = 20261201
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """Profiles cached in a folder of the test's own, not the user's (as test_validate.py)."""
-    path = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("TESTBED_CACHE_DIR")
-    os.environ["TESTBED_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        del os.environ["TESTBED_CACHE_DIR"]
-    else:
-        os.environ["TESTBED_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module")
