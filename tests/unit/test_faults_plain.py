@@ -104,36 +104,48 @@ def test_a_straggler_sleeps_factor_times_longer_from_its_step():
     assert sleeps == pytest.approx([0.001] * 4 + [0.003] * 2)
 
 
+class RestartableShard:
+    """A shard whose kill_server fault raises ``Crashed`` (its process exits), keeping its last
+    checkpoint and its crash record as the actor keeps them in the run folder; ``restart`` is
+    Ray's restart of the actor: a new shard that recovers from them."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg, self.store = cfg, {}
+        self.server = self._make()
+
+    def _make(self) -> ParameterServer:
+        cfg = self.cfg
+        return ParameterServer(shard=0, lo=0, hi=cfg.gradient_elements, seed=cfg.seed,
+                               learning_rate=cfg.learning_rate, recorder=rec("server-0", "server"),
+                               faults=shard_faults(cfg, 0), checkpoint=self._checkpoint, crash=self._crash)
+
+    def _checkpoint(self, state) -> None:
+        self.store["ckpt"] = {**state, "w": state["w"].copy()}
+
+    def _crash(self) -> None:
+        self.store["crash"] = self.server.crash_record()
+        raise Crashed()
+
+    def restart(self) -> None:
+        self.server = self._make()
+        self.server.recover(self.store.get("ckpt"), self.store["crash"])
+
+
 @pytest.mark.parametrize("every,update", [(4, 7), (4, 8), (0, 5), (3, 1)])
 def test_a_killed_shard_loses_exactly_the_updates_since_its_checkpoint(every, update):
     cfg = config(workers=2, checkpoint_every=every, faults=[{"kind": "kill_server", "shard": 0, "update": update}])
-    store = {}
-
-    def make():
-        return ParameterServer(shard=0, lo=0, hi=cfg.gradient_elements, seed=cfg.seed,
-                               learning_rate=cfg.learning_rate, recorder=rec("server-0", "server"),
-                               faults=shard_faults(cfg, 0), checkpoint=checkpoint, crash=crash)
-
-    def checkpoint(state):
-        store["ckpt"] = {**state, "w": state["w"].copy()}
-
-    def crash():
-        store["crash"] = holder[0].crash_record()
-        raise Crashed()
-
-    holder = [make()]
+    shard = RestartableShard(cfg)
     source = [GradientSource(cfg.seed, i, cfg.gradient_elements) for i in range(2)]
     pending = [(step, i) for step in range(cfg.steps) for i in range(2)]
     while pending:
         step, i = pending[0]
         try:
-            holder[0].push(source[i].fill(step).copy(), i, step)
+            shard.server.push(source[i].fill(step).copy(), i, step)
         except Crashed:
-            holder[0] = make()
-            holder[0].recover(store.get("ckpt"), store["crash"])
+            shard.restart()
             continue  # the push in flight is retried, as Ray does
         pending.pop(0)
-    st = holder[0].stats()
+    st = shard.server.stats()
     assert st["lost_updates"] == lost_updates_expected(update, every)
     assert st["updates"] == 2 * cfg.steps - st["lost_updates"] and st["restarts"] == 1
     # The parameters hold every gradient except the lost ones: the updates (checkpoint, update].
@@ -143,7 +155,7 @@ def test_a_killed_shard_loses_exactly_the_updates_since_its_checkpoint(every, up
     expected = initial_parameters(cfg.seed, 0, cfg.gradient_elements).copy()
     for step, i in kept:
         expected -= np.float32(cfg.learning_rate) * source[i].fill(step)
-    np.testing.assert_allclose(holder[0].parameters(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(shard.server.parameters(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_push_whose_reply_died_with_the_shard_is_applied_again_and_not_counted_lost():
@@ -151,33 +163,18 @@ def test_a_push_whose_reply_died_with_the_shard_is_applied_again_and_not_counted
     # that reply leaves the process: Ray retries both, and the restart (from the checkpoint at 8)
     # applies both again. Only one update is lost: (worker 0, step 4).
     cfg = config(workers=2, checkpoint_every=4, faults=[{"kind": "kill_server", "shard": 0, "update": 10}])
-    store = {}
-
-    def make():
-        return ParameterServer(shard=0, lo=0, hi=cfg.gradient_elements, seed=cfg.seed,
-                               learning_rate=cfg.learning_rate, recorder=rec("server-0", "server"),
-                               faults=shard_faults(cfg, 0), checkpoint=checkpoint, crash=crash)
-
-    def checkpoint(state):
-        store["ckpt"] = {**state, "w": state["w"].copy()}
-
-    def crash():
-        store["crash"] = holder[0].crash_record()
-        raise Crashed()
-
-    holder = [make()]
+    shard = RestartableShard(cfg)
     g = np.zeros(cfg.gradient_elements, dtype=np.float32)
     for step in range(5):
         for worker in range(2):
-            holder[0].push(g, worker, step)
+            shard.server.push(g, worker, step)
     with pytest.raises(Crashed):
-        holder[0].push(g, 0, 5)
-    holder[0] = make()
-    holder[0].recover(store["ckpt"], store["crash"])
-    assert holder[0].stats()["lost_updates"] == 2  # (0, 4) and (1, 4), until a retry shows otherwise
-    holder[0].push(g, 1, 4)  # the retry of the push whose reply was lost
-    holder[0].push(g, 0, 5)  # the push that found the shard dying
-    st = holder[0].stats()
+        shard.server.push(g, 0, 5)
+    shard.restart()
+    assert shard.server.stats()["lost_updates"] == 2  # (0, 4) and (1, 4), until a retry shows otherwise
+    shard.server.push(g, 1, 4)  # the retry of the push whose reply was lost
+    shard.server.push(g, 0, 5)  # the push that found the shard dying
+    st = shard.server.stats()
     assert (st["lost_updates"], st["retried_after_crash"], st["updates"]) == (1, 1, 10)
 
 
