@@ -157,15 +157,12 @@ class SimShard:
             self.busy_s += env.now - start
         self.tally.add(PULL_SERVER, env.now - t_call)
 
-    def pull_at(self, version: int, dispatch: bool = True) -> Iterator[simpy.Event]:
+    def pull_at(self, version: int) -> Iterator[simpy.Event]:
         """Wait until ``version`` updates are applied; the first pull of a version copies the
         parameters, the others share that snapshot. Returns the seconds waited (the barrier).
-        ``dispatch`` False: the pull travels with a push (``push_pull_at``), no call of its own."""
+        It travels with a push (``push_pull_at``): no call, so no dispatch, of its own."""
         env = self.env
-        t_call = env.now
-        if dispatch and self.spec.overhead_s > 0:
-            yield self.node.cores.serve(self.spec.overhead_s)
-        t0 = env.now
+        t_call = t0 = env.now
         if self.version < version:
             reached = self._reached.get(version)
             if reached is None:
@@ -252,7 +249,7 @@ class SimClient:
         the last shard was done with the push, the seconds each shard waited for the round)."""
         def one(shard: SimShard) -> Iterator[simpy.Event]:
             pushed = yield from shard.push(worker, step)
-            waited = yield from shard.pull_at(version, dispatch=False)
+            waited = yield from shard.pull_at(version)
             return pushed, waited
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
         results = yield from self._all([one(s) for s in self.shards])
@@ -262,8 +259,3 @@ class SimClient:
     def pull(self) -> Iterator[simpy.Event]:
         yield from self._all([s.pull() for s in self.shards])
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back
-
-    def pull_at(self, version: int) -> Iterator[simpy.Event]:
-        waited = yield from self._all([s.pull_at(version) for s in self.shards])
-        yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
-        return waited
