@@ -263,14 +263,20 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
                                run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
-                               wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state)
+                               wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state,
+                               network=cfg.network if cfg.network.shaped or cfg.network.same_node.shaped else None)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
                 clock = clocks[0] if clocks else None
                 # Two threads: the driver can ask for the workers' events while they train (a deadline).
+                # A run on one node emulates every actor as a node of its own: every worker-shard
+                # pair gets the between-node link figures (docs/network.md); on a cluster a worker
+                # and a shard on one node get the same_node figures.
+                multi_node = sum(1 for n in cluster if n.cpus > 0) > 1
                 hosts = [host_cls.options(max_concurrency=2, **restart, **slots.worker_options(g[0])).remote(
-                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state)
+                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state,
+                             multi_node=multi_node)
                          for g in groups]
                 identities = _get_fail_fast([a.ready.remote() for a in servers + hosts + clocks],
                                             until)[:len(servers + hosts)]
