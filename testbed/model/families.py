@@ -149,8 +149,13 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     # that runs while the worker computes: it comes out of the sleep, so N = 1 stays exact.
     background = max(0.0, rpc_cpu - t.transfer_s - t.worker_extra_s)
     think = transfer_delay + (0.0 if t.compute_on_cpu else max(0.0, t.compute_s - background))
-    # The links' latency and the worker's own link beyond the shard's slice (S > 1) are delays.
-    think += links.delay_per_step_s
+    # The worker's own link carries all S slices (M / B) while the shards' ends go on: with
+    # S > 1 it can outlast a shard's whole part of the call (its slice, the latency, its
+    # service); the excess, and the latency, are delays nobody else lengthens.
+    k = t.pull_every
+    own_push = max(0.0, links.worker_bytes_s - links.shard_push_demand_s - links.latency_s - t.push_service_s)
+    own_pull = max(0.0, links.worker_bytes_s - links.shard_pull_demand_s - links.latency_s - t.pull_service_s)
+    think += links.latency_s * (1.0 + 1.0 / k) + own_push + own_pull / k
     res = solve_mva(centres, think, int(n[-1]))
     x = res.throughput_per_s[1:]
     step = n / x
@@ -158,13 +163,12 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     r_server = res.response_s["server"][1:]
     r_disk = res.response_s["disk"][1:] if "disk" in res.response_s else zeros
     r_cpu = res.response_s["cpu"][1:] if "cpu" in res.response_s else zeros
-    # A push's link time: its share of the shard's inbound link, the worker's own link beyond
-    # that, the latency; a pull's likewise at the outbound link (R_out is per step: one pull in k).
-    k = t.pull_every
+    # A push's link time: its share of the shard's inbound link, the latency, the worker's own
+    # link beyond the shard's part; a pull's likewise at the outbound link (R_out is per step).
     r_in = res.response_s["link_in"][1:] if "link_in" in res.response_s else zeros
     r_out = res.response_s["link_out"][1:] if "link_out" in res.response_s else zeros
-    link_push = r_in + links.worker_excess_s + links.latency_s
-    link_pull = r_out * k + links.worker_excess_s + links.latency_s
+    link_push = r_in + links.latency_s + own_push
+    link_pull = r_out * k + links.latency_s + own_pull
     cpu_demand = t.cpu_demand_s or 1.0
     r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
     # Stretch factor of a worker's transfers once its RPC work waits for a core. Only the CPU
@@ -182,17 +186,14 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         # this below saturation; in saturation MVA is right. Take the longer of the two.
         burst_push = (n - 1) / 2.0 * t.push_service_s
         burst_pull = (n - 1) / 2.0 * t.apply_s / t.pull_every
-        # Their N slices also cross a shard's links at once, sharing them: all N finish after
-        # N (M/S) / B, or after the worker's own M / B if that is longer (S > N).
-        burst_in = _burst_link_s(n, links.shard_push_demand_s, links.worker_bytes_s)
-        burst_out = _burst_link_s(n, links.shard_pull_demand_s, links.worker_bytes_s)
-        burst = float(step[0]) + burst_push + burst_pull + burst_in + burst_out / k
+        # The links are left to MVA: equal transfers that share a link from staggered starts
+        # finish at spread-out times, so the lock step does not survive a link that binds (the
+        # simulated family shows the steps settling near MVA's N (M/S) / B, not a burst's 2 N).
+        burst = float(step[0]) + burst_push + burst_pull
         lock = burst > step
         step = np.where(lock, burst, step)
         wait = np.where(lock, burst_push, wait)
         r_server = np.where(lock, d + burst_push + burst_pull, r_server)
-        link_push = np.where(lock, link_push[0] + burst_in, link_push)
-        link_pull = np.where(lock, link_pull[0] + burst_out, link_pull)
     share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute,
              Bound.NETWORK: t.transfer_s * stretch + link_push + link_pull / k, Bound.SERVER: r_server}
     utilization = {Bound.SERVER: res.utilization("server")[1:]}
@@ -211,12 +212,6 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
                         wait, np.full(n.size, t.apply_s), share, utilization,
                         asymptotic_knee(cycle_one, bottleneck))
 
-
-def _burst_link_s(n: np.ndarray, slice_s: float, worker_s: float) -> np.ndarray:
-    """What n transfers started together through one processor-sharing link take beyond one
-    alone: equal slices all finish at n x slice_s, and no sooner than the worker's own link
-    (worker_s) allows; 0 when the link is unshaped."""
-    return np.maximum(n * slice_s, worker_s) - max(slice_s, worker_s)
 
 
 def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
@@ -240,17 +235,18 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         compute_wall = t.compute_s * slowest
         rpc_wall = rpc_cpu * crowd
     server = n * d  # every shard applies all N pushes and serves N / k pulls per step
-    # The N pushes of a step reach a shard's inbound link at once and share it: the last is
-    # through after N (M/S) / B (no sooner than the worker's own M / B), then the latency; the
-    # N pulls of the round leave through its outbound link likewise (sync pulls every step).
+    # The N pushes of a step reach a shard's inbound link at once and share it: all are through
+    # after N (M/S) / B, then the latency; the N pulls of the round leave through its outbound
+    # link likewise (sync pulls every step). The worker's own link (M / B, all S slices) runs
+    # alongside the shard's part and counts only where it outlasts it (S > N).
     links = t.links
-    link_push = _burst_link_s(n, links.shard_push_demand_s, links.worker_bytes_s) \
-        + max(links.shard_push_demand_s, links.worker_bytes_s) + links.latency_s
-    link_pull = _burst_link_s(n, links.shard_pull_demand_s, links.worker_bytes_s) \
-        + max(links.shard_pull_demand_s, links.worker_bytes_s) + links.latency_s
-    step = read + compute_wall + transfer_delay + rpc_wall + server + link_push + link_pull
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
+    shared_push = n * links.shard_push_demand_s + links.latency_s
+    shared_pull = n * links.shard_pull_demand_s + links.latency_s
+    link_push = shared_push + np.maximum(0.0, links.worker_bytes_s - shared_push - wait_push - t.push_service_s)
+    link_pull = shared_pull + np.maximum(0.0, links.worker_bytes_s - shared_pull - wait_pull - t.pull_service_s)
+    step = read + compute_wall + transfer_delay + rpc_wall + server + link_push + link_pull
     own = t.transfer_s + t.worker_extra_s
     inside = min(rpc_cpu, own) / rpc_cpu if rpc_cpu > 0 else 0.0  # as in _queueing_async
     stretch = (transfer_delay + rpc_wall * inside) / own if own > 0 else np.ones(n.size)

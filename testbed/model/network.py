@@ -75,19 +75,6 @@ class LinkTerms:
         """M / B: a worker's own link carrying its whole gradient (or the parameters), no latency."""
         return self.push_s - self.latency_s
 
-    @property
-    def worker_excess_s(self) -> float:
-        """What a lone worker's own link takes beyond one shard's slice, ``M/B - (M/S)/B``: its S
-        slices share its link while each shard's link carries one, so with S > 1 the worker's
-        side is the longer; 0 with one shard (the two ends carry the same bytes at once)."""
-        return max(0.0, self.worker_bytes_s - self.shard_push_demand_s)
-
-    @property
-    def delay_per_step_s(self) -> float:
-        """The links' part of a step that no other worker's transfer lengthens: the latency of
-        a push and of a pull every k steps, and the worker's own link beyond the shard's slice."""
-        return (self.latency_s + self.worker_excess_s) * (1.0 + 1.0 / self.pull_every)
-
 
 def link_terms(gradient_bytes: float, servers: int, pull_every: int, bandwidth_bytes_per_s: Optional[float],
                latency_s: float = 0.0) -> LinkTerms:

@@ -98,6 +98,10 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),
         kill_updates=tuple((int(f.shard), max(1, round(f.update * scale))) for f in _faults(config, "kill_server")),
         service=service,
+        # The shaped links (zero when unshaped): a slice at a shard's link, the whole gradient at
+        # the worker's own, and the latency at the shard's end.
+        link_slice_s=t.links.shard_push_demand_s, link_worker_s=t.links.worker_bytes_s,
+        link_latency_s=t.links.latency_s,
     )
 
 
@@ -170,6 +174,8 @@ def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:
     utilization = {Bound.SERVER: result.server_utilization, Bound.COMPUTE: result.cpu_utilization}
     if result.disk_utilization is not None:
         utilization[Bound.DISK] = result.disk_utilization
+    if result.network_utilization is not None:
+        utilization[Bound.NETWORK] = result.network_utilization
     return {b: steps * v for b, v in share.items()}, utilization
 
 
