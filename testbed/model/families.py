@@ -11,6 +11,11 @@ N and the curve that the knee is read from.
 - simulated: a discrete-event simulation of the protocol; it needs the whole config, so
   ``predict`` builds it (testbed/model/simfamily.py) and ``scaling_curve`` does not.
 
+Shaped network links (``terms.links``, docs/model.md "Network links") add to the push and the
+pull in every family: M / B + L alone; in updated a shard's inbound link caps its throughput
+beside D; in queueing each shard's two links are processor-sharing centres (async) or shared
+by the round's N transfers (sync). Unshaped links are zero terms and change nothing.
+
 Pure: numpy and the standard library.
 """
 

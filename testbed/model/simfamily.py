@@ -12,6 +12,8 @@ How the terms are split (docs/model.md, "Family 4"):
   a pull's copy ``s_pull - o`` under the lock on a core; what the shards' calibrated CPU
   (``server_cpu_s``) holds beyond those runs with the worker's background CPU (one burst per
   step, on a core, not waited for).
+- shaped links: a slice's bytes over the bandwidth is its work at a shard's link, the whole
+  gradient's at the worker's own, the latency a delay at the shard's end (``simactors.py``).
 
 Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
 longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
