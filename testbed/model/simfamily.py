@@ -12,6 +12,8 @@ How the terms are split (docs/model.md, "Family 4"):
   a pull's copy ``s_pull - o`` under the lock on a core; what the shards' calibrated CPU
   (``server_cpu_s``) holds beyond those runs with the worker's background CPU (one burst per
   step, on a core, not waited for).
+- shaped links: a slice's bytes over the bandwidth is its work at a shard's link, the whole
+  gradient's at the worker's own, the latency a delay at the shard's end (``simactors.py``).
 
 Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
 longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
@@ -98,6 +100,10 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),
         kill_updates=tuple((int(f.shard), max(1, round(f.update * scale))) for f in _faults(config, "kill_server")),
         service=service,
+        # The shaped links (zero when unshaped): a slice at a shard's link, the whole gradient at
+        # the worker's own, and the latency at the shard's end.
+        link_slice_s=t.links.shard_push_demand_s, link_worker_s=t.links.worker_bytes_s,
+        link_latency_s=t.links.latency_s,
     )
 
 
@@ -170,6 +176,8 @@ def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:
     utilization = {Bound.SERVER: result.server_utilization, Bound.COMPUTE: result.cpu_utilization}
     if result.disk_utilization is not None:
         utilization[Bound.DISK] = result.disk_utilization
+    if result.network_utilization is not None:
+        utilization[Bound.NETWORK] = result.network_utilization
     return {b: steps * v for b, v in share.items()}, utilization
 
 

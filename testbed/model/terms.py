@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from testbed.config.errors import UserError
 from testbed.model.curves import CALL_COST_CURVES, CallCosts
+from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
@@ -89,6 +90,9 @@ class StepTerms:
     server_cpu_s: float = 0.0            # CPU all shards spend per worker step (calibrated; 0: unknown)
     setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
     ray_cpu_s: float = 0.0               # CPU of Ray's own processes per worker step (raylet, GCS)
+    # The shaped links' part (docs/network.md), on top of the calibrated transfers above:
+    # zero terms when the network is unshaped.
+    links: LinkTerms = link_terms(0.0, 1, 1, None)
 
     @property
     def server_demand_s(self) -> float:
@@ -263,6 +267,13 @@ def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:
                 server_cpu_s=_per_step_cpu(profile, "server", m, s) or 0.0)
 
 
+def _links(config: Any) -> LinkTerms:
+    """The link terms between nodes for every worker/shard pair. A multi-node placement whose
+    workers share a node with a shard (``network.same_node``) is approximated by these too
+    (docs/model.md, "Network links")."""
+    return link_terms_for(config)
+
+
 def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
     costs = profile.call_costs_for(config.servers)
@@ -279,6 +290,7 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
         ray_cpu_s=profile.ray_cpu_per_step_s.at(config.gradient_bytes) if profile.ray_cpu_per_step_s else 0.0,
+        links=_links(config),
         **calls,
     )
 
