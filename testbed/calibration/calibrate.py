@@ -53,7 +53,9 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # Bumped whenever what calibration measures changes, so that profiles cached by an older
 # procedure are measured again instead of reused.
-CALIBRATION_VERSION = 5  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU
+# 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
+# 6: the curves are the events' plain means, tails included (costs._mean says why)
+CALIBRATION_VERSION = 6
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
