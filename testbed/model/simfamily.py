@@ -40,7 +40,7 @@ from testbed.model.profile import HardwareProfile, interpolate_setup_s
 from testbed.model.simactors import SimSpec
 from testbed.model.simulation import SimResult, simulate, simulate_init
 from testbed.model.stragglers import stragglers
-from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker
+from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker, worker_processes
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
            "CURVE_BUDGET", "CURVE_POINTS"]
@@ -156,9 +156,10 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
     ``terms.init_seconds`` reads it)."""
     # simulate_init charges one call latency for the driver's call: the calibrated one replaces it.
-    driver = init_call_s(profile) - profile.actor_call_latency_s
+    call = init_call_s(profile, worker_processes(config, profile, workers))
+    driver = call - profile.actor_call_latency_s
     if config.workload.dataset_bytes <= 0 or profile.disk is None:
-        return init_call_s(profile)
+        return call
     disk = profile.disk
     single = disk.single_stream_bytes_per_s
     top = max(disk.seq_read_bytes_per_s.values()) / single

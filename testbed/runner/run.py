@@ -43,7 +43,6 @@ from actors.server import ServerActor
 from testbed.config.errors import UserError
 from testbed.config.faults import KillServer, KillWorker, shard_faults
 from testbed.config.spec import (
-    ComputeMode,
     ExperimentSpec,
     InitIO,
     RunConfig,
@@ -53,7 +52,7 @@ from testbed.config.spec import (
     with_reliability_defaults,
 )
 from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
-from testbed.emulation.hosting import group_workers
+from testbed.emulation.hosting import group_workers, requested_workers_per_process
 from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
 from testbed.records.manifest import ConfigStatus, DataSet, RunStatus
 from testbed.records.rundir import RunFolder, check_out_path, default_run_dir
@@ -163,14 +162,8 @@ class ConfigOutcome:
 
 
 def _workers_per_process(cfg: RunConfig) -> Optional[int]:
-    """How many workers a process hosts: as the spec says; else, for compute that busies a
-    core (spin, matmul), one per process, since virtual workers are threads of one Python
-    process and a spinning thread holds its interpreter lock, stalling its siblings' calls
-    (the first held-out draw: spin configs' pushes up to 5x the prediction); else (sleep)
-    chosen per node by ``group_workers``."""
-    if cfg.workers_per_process is not None:
-        return cfg.workers_per_process
-    return None if cfg.compute.mode is ComputeMode.SLEEP else 1
+    """How many workers a process hosts (``hosting.requested_workers_per_process`` says why)."""
+    return requested_workers_per_process(cfg.compute.mode.value, cfg.workers_per_process)
 
 
 def _cluster_shape(nodes: list[NodeInfo]) -> tuple[int, float]:
