@@ -15,6 +15,8 @@ Figures (docs/model.md says which term each feeds):
 - ``flops_per_s``: float32 matmul rate inside an actor; ``cores_per_node``.
 - ``disk``: the testbed's own direct reader in the data directory, and ``disk_reference``:
   the same measurements by fio (``testbed.calibration.disk``).
+- ``step_reads``: direct reads after pauses, in an actor, as workers read their step input
+  (``testbed.calibration.reads``).
 
 A profile is cached under the user's cache folder by the identity of what was measured
 (hosts, cores, memory, CPU model, data directory); ``calibrate`` reuses a cached profile
@@ -53,7 +55,8 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # Bumped whenever what calibration measures changes, so that profiles cached by an older
 # procedure are measured again instead of reused.
-CALIBRATION_VERSION = 5  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU
+CALIBRATION_VERSION = 6  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
+# 6: step reads after pauses (reads.py)
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -228,6 +231,14 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
                 save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
         figures = measure_ray_figures(progress, quick=quick)
+        if with_disk:
+            from testbed.calibration.reads import measure_step_reads
+            from testbed.data.dataset import check_cache_bypass
+            # In an actor, while Ray is up: a step read is a worker's, after a pause. A memory-
+            # backed data directory is refused here as the disk calibration below refuses it.
+            _, bypass = check_cache_bypass(data_dir, allow_cached=False)
+            figures["step_reads"] = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass,
+                                                       progress=progress)
     disk = reference = None
     if with_disk:
         from testbed.calibration.disk import calibrate_disk
