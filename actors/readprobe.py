@@ -68,7 +68,8 @@ class ReadProbe:
 
     def sweep_s(self, directory: str, file_bytes: int, hot_cells: list[tuple[str, int]],
                 paused_cells: list[tuple[str, int, float]], hot_repeats: int, rounds: int, block_bytes: int = 2**20,
-                cache_bypass: bool = True, pause_kind: str = "sleep", passes: int = 2) -> tuple[list[list[float]], list[list[float]]]:
+                cache_bypass: bool = True, pause_kind: str = "sleep",
+                passes: int = 2) -> tuple[list[list[float]], list[list[float]], str]:
         """Seconds of single reads from a file of ``file_bytes`` written in ``directory`` (as a
         data-set file: synced, dropped from the page cache) and removed afterwards:
 
@@ -78,7 +79,9 @@ class ReadProbe:
           pause, in runs of ``rounds / passes`` in a row, as a worker's steps come. Each run's
           first two reads are left out; the passes go over the cells in turn, forwards then
           backwards, so that a burst of load elsewhere on the machine falls on several cells.
-        """
+
+        Also returns how the file was read (``DirectReader.mode``: ``o_direct``, ``fadvise``
+        or ``cached``)."""
         import os
         from pathlib import Path
 
@@ -89,15 +92,17 @@ class ReadProbe:
         path = Path(directory) / f".calibrate-reads-{os.getpid()}.bin"
         path.parent.mkdir(parents=True, exist_ok=True)
         readers: dict[tuple[str, int], StepReader] = {}
+        mode = "o_direct" if cache_bypass else "cached"
         clock = time.perf_counter
         try:
             write_random_file(path, file_bytes, seed=file_bytes + 1)
             for order, nbytes in [*hot_cells, *((o, n) for o, n, _ in paused_cells)]:
                 if (order, nbytes) not in readers:
+                    direct = DirectReader(block_bytes, cache_bypass)
                     readers[order, nbytes] = StepReader([(str(path), file_bytes)], nbytes, 1, order,
-                                                        np.random.default_rng([len(readers), nbytes]),
-                                                        DirectReader(block_bytes, cache_bypass))
+                                                        np.random.default_rng([len(readers), nbytes]), direct)
                     readers[order, nbytes].read_step()  # opens the file, touches the buffer
+                    mode = direct.mode
             hot: list[list[float]] = []
             for key in hot_cells:
                 reader, xs = readers[tuple(key)], []
@@ -118,7 +123,7 @@ class ReadProbe:
                         reader.read_step()
                         if i >= 2:
                             paused[k].append(clock() - t0)
-            return hot, paused
+            return hot, paused, mode
         finally:
             for r in readers.values():
                 r.close()

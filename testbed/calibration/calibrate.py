@@ -230,15 +230,17 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             if out and Path(out) != cache:
                 save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
-        figures = measure_ray_figures(progress, quick=quick)
+        step_reads = None
         if with_disk:
             from testbed.calibration.reads import measure_step_reads
             from testbed.data.dataset import check_cache_bypass
-            # In an actor, while Ray is up: a step read is a worker's, after a pause. A memory-
+            # In an actor, while Ray is up: a step read is a worker's, after a pause. First,
+            # before the start-up figures leave a crowd of exiting processes behind. A memory-
             # backed data directory is refused here as the disk calibration below refuses it.
             _, bypass = check_cache_bypass(data_dir, allow_cached=False)
-            figures["step_reads"] = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass,
-                                                       progress=progress)
+            step_reads = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass, progress=progress)
+        figures = measure_ray_figures(progress, quick=quick)
+        figures["step_reads"] = step_reads
     disk = reference = None
     if with_disk:
         from testbed.calibration.disk import calibrate_disk

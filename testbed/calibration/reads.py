@@ -17,7 +17,10 @@ shifted by the wake-up measured at the small size: the pauses, where the time go
 every round of the budget, and the sizes cost almost nothing.
 
 Means, not trimmed means or medians: the model predicts a read's mean, and a read after a
-pause has a long tail. ``step_reads_from_sweep`` is pure; ``measure_step_reads`` needs Ray.
+pause has a long tail (a read preempted for a few ms is part of what a worker's read costs on
+a shared machine). The mean of 30 such reads is noisy, so the wake-ups are then made
+non-decreasing in the pause (``monotone_in_pause``). ``step_reads_from_sweep`` is pure;
+``measure_step_reads`` needs Ray.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from typing import Callable, Sequence
 
 from testbed.model.reads import READ_ORDERS, StepReadCosts, paused_curves
 
-__all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "FILE_BYTES", "sweep_cells", "step_reads_from_sweep",
-           "measure_step_reads"]
+__all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "sweep_cells",
+           "step_reads_from_sweep", "monotone_in_pause", "measure_step_reads"]
 
 KIB, MIB = 2**10, 2**20
 # A 4 KiB sample, a small minibatch and a reader's block (16 times apart): a step's read lies
@@ -54,21 +57,39 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def monotone_in_pause(points: Sequence[tuple[float, float, int]]) -> list[float]:
+    """Wake-ups ``(pause, seconds, reads)`` made non-decreasing in the pause by pooling adjacent
+    violators (weighted by their reads): a longer pause never finds the disk more awake, so a
+    mean that says otherwise is one tail read too many (one 2.6 ms read among 30 lifts a mean
+    of 120 us by 85 us), and its neighbours share it. Returns the seconds in pause order."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, count of points]
+    for _, seconds, reads in sorted(points):
+        blocks.append([seconds * reads, float(reads), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, weight, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += weight
+            blocks[-1][2] += count
+    return [total / weight for total, weight, count in blocks for _ in range(int(count))]
+
+
 def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[Sequence[float]],
                           paused_cells: Sequence[tuple[str, int, float]], paused_s: Sequence[Sequence[float]], *,
-                          block_bytes: int, directory: str, pause_kind: str = "sleep") -> StepReadCosts:
+                          block_bytes: int, directory: str, pause_kind: str = "sleep",
+                          source: str = "testbed-reader in an actor") -> StepReadCosts:
     """The paused-read curves from the sweep's seconds (see the module doc): per order, the
     back-to-back means (pause 0) and, per pause, those means plus the wake-up measured at the
-    paused size (its paused mean less its back-to-back mean, never below 0)."""
+    paused size (its paused mean less its back-to-back mean, never below 0, and never smaller
+    after a longer pause: ``monotone_in_pause``)."""
     hot = {(order, n): _mean(xs) for (order, n), xs in zip(hot_cells, hot_s) if xs}
     rows = [(order, 0.0, n, t) for (order, n), t in hot.items()]
-    for (order, n, pause), xs in zip(paused_cells, paused_s):
-        if not xs or (order, n) not in hot:
-            continue
-        wake = max(0.0, _mean(xs) - hot[order, n])
-        rows += [(o, pause, size, t + wake) for (o, size), t in hot.items() if o == order]
+    for order in READ_ORDERS:
+        wakes = [(pause, max(0.0, _mean(xs) - hot[o, n]), len(xs))
+                 for (o, n, pause), xs in zip(paused_cells, paused_s) if o == order and xs and (o, n) in hot]
+        for (pause, _, _), wake in zip(sorted(wakes), monotone_in_pause(wakes)):
+            rows += [(o, pause, size, t + wake) for (o, size), t in hot.items() if o == order]
     return StepReadCosts(paused_curves(rows), block_bytes=block_bytes, pause_kind=pause_kind,
-                         directory=directory, source="testbed-reader in an actor")
+                         directory=directory, source=source)
 
 
 def measure_step_reads(directory: str, *, quick: bool = False, block_bytes: int = MIB, cache_bypass: bool = True,
@@ -82,10 +103,10 @@ def measure_step_reads(directory: str, *, quick: bool = False, block_bytes: int 
     progress("step reads after pauses")
     probe = ray.remote(ReadProbe).options(num_cpus=0).remote()
     try:
-        hot_s, paused_s = ray.get(probe.sweep_s.remote(os.path.expanduser(directory), FILE_BYTES, hot_cells,
+        hot_s, paused_s, mode = ray.get(probe.sweep_s.remote(os.path.expanduser(directory), FILE_BYTES, hot_cells,
                                                        paused_cells, HOT_REPEATS, QUICK_ROUNDS if quick else ROUNDS,
                                                        block_bytes, cache_bypass))
     finally:
         ray.kill(probe)
     return step_reads_from_sweep(hot_cells, hot_s, paused_cells, paused_s, block_bytes=block_bytes,
-                                 directory=str(directory))
+                                 directory=str(directory), source=f"testbed-reader in an actor ({mode})")
