@@ -59,9 +59,10 @@ def _mean(xs: Sequence[float]) -> float:
 
 def monotone_in_pause(points: Sequence[tuple[float, float, int]]) -> list[float]:
     """Wake-ups ``(pause, seconds, reads)`` made non-decreasing in the pause by pooling adjacent
-    violators (weighted by their reads): a longer pause never finds the disk more awake, so a
-    mean that says otherwise is one tail read too many (one 2.6 ms read among 30 lifts a mean
-    of 120 us by 85 us), and its neighbours share it. Returns the seconds in pause order."""
+    violators (weighted by their reads): a longer pause never found the disk more awake in the
+    steady runs measured (docs/model.md), so a mean that says otherwise has a tail read too
+    many (one read of 2.6 ms among 30 adds 80 us to their mean), and its neighbours share it.
+    Returns the seconds in pause order."""
     blocks: list[list[float]] = []  # [weighted sum, weight, count of points]
     for _, seconds, reads in sorted(points):
         blocks.append([seconds * reads, float(reads), 1])

@@ -4,9 +4,9 @@ A worker reads its step input after the rest of the previous step (compute, then
 and the pull), not right after another read. On a virtual disk a direct read after an idle
 pause costs several times one in a tight loop (the device and the CPU doze off and must be
 woken), and the cost grows with the pause: on the 2-core virtio machine of docs/model.md a
-4 KiB read took 56 us back to back, 89 us after 5 ms, 115 us after 20 ms and 266 us after
-100 ms of sleep. A bandwidth measured with 1 MiB blocks back to back (``DiskProfile``)
-predicts 1 us for it. So calibration measures the read itself, in an actor, after pauses
+random 4 KiB read took 56 us back to back, 89 us after 5 ms, 115 us after 20 ms and 266 us
+after 100 ms of sleep, where the disk's back-to-back figures (``DiskProfile``) predicted 58 us
+for it, and 1 us for a sequential one. So calibration measures the read itself, in an actor, after pauses
 (``actors.readprobe``), and this record holds what it measured:
 
 - one ``SizeCurve`` per (order, pause): the mean seconds of one contiguous read of that
