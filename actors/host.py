@@ -105,14 +105,23 @@ class WorkerHost:
 
     def __init__(self, cfg: RunConfig, indices: Sequence[int], server_handles: list, run_id: str, repeat: int,
                  dataset: Optional[Any] = None, gate: Optional[Any] = None, clock_handle: Any = None,
-                 state_dir: Optional[str] = None) -> None:
-        """``state_dir``: where a crash leaves the workers' state (needed with a kill_worker fault)."""
+                 state_dir: Optional[str] = None, multi_node: bool = False) -> None:
+        """``state_dir``: where a crash leaves the workers' state (needed with a kill_worker fault);
+        ``multi_node``: the run spans several nodes, so a shard on this process's node is near
+        (its ``same_node`` link figures); on one node every shard is far (docs/network.md)."""
         if not indices:
             raise ValueError("a worker process hosts at least one worker")
         self.identity = node_identity()
         self.identity["workers"] = list(indices)
         self._handles, self._gate, self._clock = list(server_handles), gate, clock_handle
         self.state_dir = state_dir
+        # Which shards share this node (their transfers take the same_node link); asked here, not
+        # in ready(), so that a process Ray restarts after a fault knows it too.
+        self._near = [False] * len(self._handles)
+        if multi_node and (cfg.network.shaped or cfg.network.same_node.shaped):
+            import ray
+            shards = ray.get([h.ready.remote() for h in self._handles])
+            self._near = [s["node"] == self.identity["node"] for s in shards]
         if cfg.gradient_bytes >= PREMAP_MIN_GRADIENT_BYTES:
             # Large gradients are written into (and pulled from) object-store memory every step;
             # map the store now, at setup, rather than a page fault per page during training.
@@ -129,8 +138,9 @@ class WorkerHost:
             gate = RayGateClient(self._gate) if self._gate is not None else None
             data_input = WorkerInput(cfg, index, dataset, gate)
         clock = RayClockClient(self._clock) if self._clock is not None else None
-        worker = Worker(cfg, index, RayServerClient(self._handles), recorder, clock=clock, data_input=data_input,
-                        faults=worker_faults(cfg, index), crash=self._crash if self.state_dir else None)
+        worker = Worker(cfg, index, RayServerClient(self._handles, self._near), recorder, clock=clock,
+                        data_input=data_input, faults=worker_faults(cfg, index),
+                        crash=self._crash if self.state_dir else None)
         saved = load_state(crash_path(self.state_dir, f"worker-{index}")) if self.state_dir else None
         if saved is not None:  # this process is Ray's restart of one that crashed
             recorder.restore(saved["events"])

@@ -30,6 +30,13 @@ checkpoint, so the updates applied since are lost (counted in ``stats()["lost_up
 and records the time from the crash as ``restart``. Pushes that were in flight are retried
 by Ray; a push the shard already holds (its step is not newer than the last one applied
 from that worker) is acknowledged without applying it again, so every push counts once.
+
+Shaped links (``links``, docs/network.md): a push first crosses the shard's inbound link
+(its fair share of the bandwidth, then the latency) in the request's thread, before the
+apply lock, so a push waiting for the link holds nothing; a pull's slice crosses the
+outbound link after the copy, outside the lock. Each wait is recorded as ``link_in`` or
+``link_out`` (part of the worker's push or pull, as ``queue`` and ``apply`` are). ``near``
+says the calling worker is on the shard's node (its ``same_node`` figures).
 """
 
 from __future__ import annotations
@@ -43,8 +50,10 @@ import numpy as np
 
 from actors.state import checkpoint_path, crash_path, load_state, save_state
 from testbed.config.faults import ShardFaults
+from testbed.config.spec import Network
 from testbed.emulation.apply import apply_in_place, apply_scratch
 from testbed.emulation.compute import initial_parameters
+from testbed.emulation.network import ShardLinks
 from testbed.records.events import EventRecorder, Phase
 
 __all__ = ["ParameterServer", "ServerActor"]
@@ -57,8 +66,9 @@ class ParameterServer:
                  recorder: EventRecorder, apply_extra_s: float = 0.0, wait_timeout_s: float = 300.0,
                  sleep: Callable[[float], None] = time.sleep, faults: ShardFaults = ShardFaults(),
                  checkpoint: Optional[Callable[[dict[str, Any]], None]] = None,
-                 crash: Optional[Callable[[], None]] = None) -> None:
-        """``apply_extra_s``: emulated service time added to every apply (slept under the lock,
+                 crash: Optional[Callable[[], None]] = None, links: Optional[ShardLinks] = None) -> None:
+        """``links``: the shard's shaped links (None or unshaped: transfers are not shaped);
+        ``apply_extra_s``: emulated service time added to every apply (slept under the lock,
         so it queues like real work without using a core); ``wait_timeout_s``: the longest
         ``pull_at`` waits before it gives up (a worker has failed)."""
         if hi <= lo:
@@ -92,8 +102,32 @@ class ParameterServer:
         self._since_checkpoint: list[tuple[int, int]] = []
         self._lost: set[tuple[int, int]] = set()
         self.retried_after_crash = 0
+        self.links = links if links is not None and links.shaped else None
 
-    def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
+    def _receive(self, nbytes: int, near: bool) -> Optional[tuple[int, int]]:
+        """A push's slice over the inbound link (outside the lock); (wall ns at its start, ns it took)."""
+        if self.links is None:
+            return None
+        wall, t0 = self.recorder.now()
+        self.links.receive(nbytes, near)
+        return wall, self.recorder.mono_ns() - t0
+
+    def _record_receive(self, received: Optional[tuple[int, int]], step: int, nbytes: int) -> None:
+        """Record a push's ``link_in`` (call under the lock: the recorder's columns must not interleave)."""
+        if received is not None:
+            self.recorder.record(Phase.LINK_IN, step, received[0], received[1], nbytes)
+
+    def _send(self, nbytes: int, near: bool, step: int) -> None:
+        """A pulled slice over the outbound link (outside the lock), recorded as ``link_out``."""
+        if self.links is None:
+            return
+        wall, t0 = self.recorder.now()
+        self.links.send(nbytes, near)
+        took = self.recorder.mono_ns() - t0
+        with self._lock:
+            self.recorder.record(Phase.LINK_OUT, step, wall, took, nbytes)
+
+    def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1, near: bool = False) -> int:
         """Apply one gradient slice; returns the shard's version after it.
 
         ``grad`` may be a read-only array (Ray hands over zero-copy views): it is only read.
@@ -101,35 +135,44 @@ class ParameterServer:
         its staleness (updates applied in between), or -1 when unknown.
         """
         self._check(grad)
+        received = self._receive(grad.nbytes, near)
         arrived = self.recorder.now()
         with self._lock:
+            self._record_receive(received, step, grad.nbytes)
             return self._push_locked(grad, worker, step, pulled_version, arrived)
 
     def push_pull(self, grad: np.ndarray, worker: int, step: int,
-                  pulled_version: int = -1) -> tuple[int, np.ndarray, int]:
+                  pulled_version: int = -1, near: bool = False) -> tuple[int, np.ndarray, int]:
         """A push and the pull that is due after it, in one call: apply, then copy the
         parameters as of this update. Returns (version, parameters, wall-clock ns when the
         shard was done with the push): the worker splits the call into ``push`` and ``pull``
         there."""
         self._check(grad)
+        received = self._receive(grad.nbytes, near)
         arrived = self.recorder.now()
         with self._lock:
+            self._record_receive(received, step, grad.nbytes)
             self._push_locked(grad, worker, step, pulled_version, arrived)
             pushed_wall_ns = self.recorder.now()[0]
-            return self.version, self.w.copy(), pushed_wall_ns
+            version, params = self.version, self.w.copy()
+        self._send(params.nbytes, near, step)
+        return version, params, pushed_wall_ns
 
     def push_pull_at(self, grad: np.ndarray, worker: int, step: int, pulled_version: int,
-                     version: int) -> tuple[int, np.ndarray, int, int]:
+                     version: int, near: bool = False) -> tuple[int, np.ndarray, int, int]:
         """``sync``: a push, then the pull of ``version`` (``pull_at``), in one call. Returns
         (version, parameters at exactly it, ns waited for the round, wall-clock ns when the
         shard was done with the push)."""
         self._check(grad)
+        received = self._receive(grad.nbytes, near)
         arrived = self.recorder.now()
         with self._applied:
+            self._record_receive(received, step, grad.nbytes)
             self._push_locked(grad, worker, step, pulled_version, arrived)
             pushed_wall_ns, t0 = self.recorder.now()
             params, waited_ns = self._pull_at_locked(version, t0)
-            return version, params, waited_ns, pushed_wall_ns
+        self._send(params.nbytes, near, step)
+        return version, params, waited_ns, pushed_wall_ns
 
     def _check(self, grad: np.ndarray) -> None:
         if grad.shape != self.w.shape:
@@ -176,12 +219,14 @@ class ParameterServer:
         """``w -= lr * g`` in place, without allocating and without copying ``grad``."""
         apply_in_place(self.w, grad, self.learning_rate, self._scaled)
 
-    def pull(self) -> tuple[int, np.ndarray]:
-        """The shard's version and a consistent copy of its parameters."""
+    def pull(self, step: int = -1, near: bool = False) -> tuple[int, np.ndarray]:
+        """The shard's version and a consistent copy of its parameters (``step``: the puller's, for its record)."""
         with self._lock:
-            return self.version, self.w.copy()
+            version, params = self.version, self.w.copy()
+        self._send(params.nbytes, near, step)
+        return version, params
 
-    def pull_at(self, version: int) -> tuple[int, np.ndarray, int]:
+    def pull_at(self, version: int, near: bool = False) -> tuple[int, np.ndarray, int]:
         """Wait until ``version`` updates are applied; return ``version``, the parameters as they
         were at exactly that version, and the nanoseconds spent waiting (the ``sync`` barrier).
 
@@ -192,7 +237,8 @@ class ParameterServer:
         t0 = self.recorder.mono_ns()
         with self._applied:
             params, waited_ns = self._pull_at_locked(version, t0)
-            return version, params, waited_ns
+        self._send(params.nbytes, near, -1)
+        return version, params, waited_ns
 
     def _pull_at_locked(self, version: int, t0: int) -> tuple[np.ndarray, int]:
         """``pull_at``'s wait and snapshot, with the lock held; ``t0``: when the wait began."""
@@ -254,8 +300,9 @@ class ServerActor:
     def __init__(self, *, shard: int, lo: int, hi: int, seed: int, learning_rate: float,
                  run_id: str, config_id: str, repeat: int, apply_extra_s: float = 0.0,
                  wait_timeout_s: float = 300.0, faults: ShardFaults = ShardFaults(),
-                 state_dir: Optional[str] = None) -> None:
-        """``state_dir``: where checkpoints and a crash's record go (needed with checkpoints or a kill)."""
+                 state_dir: Optional[str] = None, network: Optional[Network] = None) -> None:
+        """``state_dir``: where checkpoints and a crash's record go (needed with checkpoints or a kill);
+        ``network``: the run's link figures (None: unshaped)."""
         import ray
         ctx = ray.get_runtime_context()
         self.identity = {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
@@ -265,7 +312,8 @@ class ServerActor:
         hooks = {"checkpoint": self._save_checkpoint, "crash": self._crash} if state_dir else {}
         self.server = ParameterServer(shard=shard, lo=lo, hi=hi, seed=seed, learning_rate=learning_rate,
                                       recorder=recorder, apply_extra_s=apply_extra_s,
-                                      wait_timeout_s=wait_timeout_s, faults=faults, **hooks)
+                                      wait_timeout_s=wait_timeout_s, faults=faults, **hooks,
+                                      links=ShardLinks(f"server-{shard}", network) if network is not None else None)
         crash = load_state(crash_path(state_dir, f"server-{shard}")) if state_dir else None
         if crash is not None:  # this process is Ray's restart of one that crashed
             recorder.restore(crash["events"])
@@ -295,20 +343,22 @@ class ServerActor:
     def ready(self) -> dict[str, Any]:
         return self.identity
 
-    def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> int:
-        return self.server.push(grad, worker, step, pulled_version)
+    def push(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1, near: bool = False) -> int:
+        return self.server.push(grad, worker, step, pulled_version, near)
 
-    def pull(self) -> tuple[int, np.ndarray]:
-        return self.server.pull()
+    def pull(self, step: int = -1, near: bool = False) -> tuple[int, np.ndarray]:
+        return self.server.pull(step, near)
 
-    def push_pull(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1) -> tuple:
-        return self.server.push_pull(grad, worker, step, pulled_version)
+    def push_pull(self, grad: np.ndarray, worker: int, step: int, pulled_version: int = -1,
+                  near: bool = False) -> tuple:
+        return self.server.push_pull(grad, worker, step, pulled_version, near)
 
-    def push_pull_at(self, grad: np.ndarray, worker: int, step: int, pulled_version: int, version: int) -> tuple:
-        return self.server.push_pull_at(grad, worker, step, pulled_version, version)
+    def push_pull_at(self, grad: np.ndarray, worker: int, step: int, pulled_version: int, version: int,
+                     near: bool = False) -> tuple:
+        return self.server.push_pull_at(grad, worker, step, pulled_version, version, near)
 
-    def pull_at(self, version: int) -> tuple[int, np.ndarray, int]:
-        return self.server.pull_at(version)
+    def pull_at(self, version: int, near: bool = False) -> tuple[int, np.ndarray, int]:
+        return self.server.pull_at(version, near)
 
     def stats(self) -> dict[str, Any]:
         return self.server.stats()

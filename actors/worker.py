@@ -24,6 +24,13 @@ it. Ray restarts the actor and retries the driver's ``train`` call; the new proc
 the saved events back, resumes each worker at the step it was in, and records the time in
 between as ``restart``.
 
+Shaped links (docs/network.md): a worker has its own link (bandwidth only; the shard charges
+the latency). It issues the S calls of a push, then waits its gradient's bytes to shards on
+other nodes on its outbound link while the calls are in flight (the S slices share it, so one
+wait for all of them), then waits for the calls; a pull likewise on its inbound link; a call
+that pushes and pulls waits both. The shards wait their side (``actors.server``), so a
+transfer takes the longer of the two ends.
+
 The worker talks to the servers through a ``ServerClient`` and to the step clock through
 a ``ClockClient``; tests pass ones that call plain objects, runs pass the Ray ones.
 """
@@ -38,19 +45,28 @@ import numpy as np
 from testbed.config.faults import WorkerFaults
 from testbed.config.spec import RunConfig, SyncMode
 from testbed.emulation.compute import ComputeEmulator, ComputePlan, GradientSource
+from testbed.emulation.network import Endpoint
 from testbed.records.events import EventRecorder, Phase
 
 __all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker"]
 
 
+# Called while a client's calls are in flight (the worker's own link), or None.
+During = Optional[Callable[[], Any]]
+
+
 class ServerClient(Protocol):
-    def push(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int]) -> list[int]: ...
-    def pull(self) -> list[tuple[int, np.ndarray]]: ...
+    """Calls to the S shards; ``near[i]``: shard i is on the worker's node (its ``same_node`` link)."""
+    near: list[bool]
+
+    def push(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int],
+             during: During = None) -> list[int]: ...
+    def pull(self, step: int = -1, during: During = None) -> list[tuple[int, np.ndarray]]: ...
     def pull_at(self, version: int) -> list[tuple[int, np.ndarray, int]]: ...
     def push_pull(self, slices: Sequence[np.ndarray], worker: int, step: int,
-                  versions: Sequence[int]) -> list[tuple[int, np.ndarray, int]]: ...
+                  versions: Sequence[int], during: During = None) -> list[tuple[int, np.ndarray, int]]: ...
     def push_pull_at(self, slices: Sequence[np.ndarray], worker: int, step: int, versions: Sequence[int],
-                     version: int) -> list[tuple[int, np.ndarray, int, int]]: ...
+                     version: int, during: During = None) -> list[tuple[int, np.ndarray, int, int]]: ...
 
 
 class ClockClient(Protocol):
@@ -62,49 +78,61 @@ class LocalServerClient:
 
     def __init__(self, servers: Sequence[Any]) -> None:
         self.servers = list(servers)
+        self.near = [False] * len(self.servers)
 
-    def push(self, slices, worker, step, versions):
-        return [s.push(g, worker, step, v) for s, g, v in zip(self.servers, slices, versions)]
+    # Plain calls run one after another, so ``during`` runs before them (not beside them).
+    def push(self, slices, worker, step, versions, during=None):
+        _ = during and during()
+        return [s.push(g, worker, step, v, n) for s, g, v, n in zip(self.servers, slices, versions, self.near)]
 
-    def pull(self):
-        return [s.pull() for s in self.servers]
+    def pull(self, step=-1, during=None):
+        _ = during and during()
+        return [s.pull(step, n) for s, n in zip(self.servers, self.near)]
 
     def pull_at(self, version):
-        return [s.pull_at(version) for s in self.servers]
+        return [s.pull_at(version, n) for s, n in zip(self.servers, self.near)]
 
-    def push_pull(self, slices, worker, step, versions):
-        return [s.push_pull(g, worker, step, v) for s, g, v in zip(self.servers, slices, versions)]
+    def push_pull(self, slices, worker, step, versions, during=None):
+        _ = during and during()
+        return [s.push_pull(g, worker, step, v, n) for s, g, v, n in zip(self.servers, slices, versions, self.near)]
 
-    def push_pull_at(self, slices, worker, step, versions, version):
-        return [s.push_pull_at(g, worker, step, v, version) for s, g, v in zip(self.servers, slices, versions)]
+    def push_pull_at(self, slices, worker, step, versions, version, during=None):
+        _ = during and during()
+        return [s.push_pull_at(g, worker, step, v, version, n)
+                for s, g, v, n in zip(self.servers, slices, versions, self.near)]
 
 
 class RayServerClient:
     """Pushes to and pulls from shard actors; all shards are called before waiting on any."""
 
-    def __init__(self, handles: Sequence[Any]) -> None:
+    def __init__(self, handles: Sequence[Any], near: Optional[Sequence[bool]] = None) -> None:
         self.handles = list(handles)
+        self.near = list(near) if near is not None else [False] * len(self.handles)
 
-    def push(self, slices, worker, step, versions):
+    @staticmethod
+    def _wait(refs: list, during: During) -> list:
         import ray
-        return ray.get([h.push.remote(g, worker, step, v) for h, g, v in zip(self.handles, slices, versions)])
+        if during is not None:  # the worker's own link, while the calls are in flight
+            during()
+        return ray.get(refs)
 
-    def pull(self):
-        import ray
-        return ray.get([h.pull.remote() for h in self.handles])
+    def push(self, slices, worker, step, versions, during=None):
+        return self._wait([h.push.remote(g, worker, step, v, n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
+
+    def pull(self, step=-1, during=None):
+        return self._wait([h.pull.remote(step, n) for h, n in zip(self.handles, self.near)], during)
 
     def pull_at(self, version):
-        import ray
-        return ray.get([h.pull_at.remote(version) for h in self.handles])
+        return self._wait([h.pull_at.remote(version, n) for h, n in zip(self.handles, self.near)], None)
 
-    def push_pull(self, slices, worker, step, versions):
-        import ray
-        return ray.get([h.push_pull.remote(g, worker, step, v) for h, g, v in zip(self.handles, slices, versions)])
+    def push_pull(self, slices, worker, step, versions, during=None):
+        return self._wait([h.push_pull.remote(g, worker, step, v, n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
 
-    def push_pull_at(self, slices, worker, step, versions, version):
-        import ray
-        return ray.get([h.push_pull_at.remote(g, worker, step, v, version)
-                        for h, g, v in zip(self.handles, slices, versions)])
+    def push_pull_at(self, slices, worker, step, versions, version, during=None):
+        return self._wait([h.push_pull_at.remote(g, worker, step, v, version, n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
 
 
 class RayClockClient:
@@ -148,6 +176,29 @@ class Worker:
         self.steps_done = 0
         self._step_start: tuple[int, Any] = (-1, None)  # (step, jitter state when it began)
         self.input = data_input  # an actors.reader.WorkerInput, or None when there is no data set
+        # Its own link (bandwidth only: the shard charges the latency); None when unshaped.
+        self.link = Endpoint.for_worker(f"worker-{index}", cfg.network) if cfg.network.bandwidth else None
+
+    def _far_bytes(self, slices: Sequence[np.ndarray]) -> int:
+        """Bytes of ``slices`` going to shards on other nodes (those cross the worker's link)."""
+        near = getattr(self.client, "near", None) or [False] * len(slices)
+        return sum(g.nbytes for g, n in zip(slices, near) if not n)
+
+    def _during(self, slices: Sequence[np.ndarray], send: bool, receive: bool) -> During:
+        """What the worker waits on its own link while a call is in flight (None when unshaped)."""
+        if self.link is None:
+            return None
+        nbytes = self._far_bytes(slices)
+        if nbytes == 0:
+            return None
+        link = self.link
+
+        def wait() -> None:
+            if send:
+                link.send(nbytes)
+            if receive:
+                link.receive(nbytes)
+        return wait
 
     def init(self) -> int:
         """The initialization phase: read the initial data (timed by the reader); returns bytes read."""
@@ -187,13 +238,13 @@ class Worker:
                 self._push_pull(step, slices)
             else:
                 with rec.timed(Phase.PUSH, step, nbytes):
-                    self.client.push(slices, self.index, step, self.versions)
+                    self.client.push(slices, self.index, step, self.versions, self._during(slices, True, False))
                 if mode is SyncMode.SSP and step + 1 < self.cfg.steps:
                     with rec.timed(Phase.BARRIER, step):
                         self.clock.tick(self.index, step + 1)
                 if due:
                     with rec.timed(Phase.PULL, step, nbytes):
-                        pulled = self.client.pull()
+                        pulled = self.client.pull(step, self._during(slices, False, True))
                     self.versions = [v for v, _ in pulled]
                     self.params = [p for _, p in pulled]
             self.steps_done = step + 1
@@ -225,7 +276,7 @@ class Worker:
         """Push and pull in one call per shard, recorded as ``push`` then ``pull``."""
         rec, nbytes = self.recorder, self.cfg.gradient_bytes
         wall0, t0 = rec.now()
-        pulled = self.client.push_pull(slices, self.index, step, self.versions)
+        pulled = self.client.push_pull(slices, self.index, step, self.versions, self._during(slices, True, True))
         total_ns = rec.mono_ns() - t0
         push_ns = self._split(wall0, total_ns, [w for _, _, w in pulled])
         rec.record(Phase.PUSH, step, wall0, push_ns, nbytes)
@@ -238,7 +289,8 @@ class Worker:
         recorded as ``push``, ``barrier`` (the longest a shard held the call) and ``pull``."""
         rec, nbytes = self.recorder, self.cfg.gradient_bytes
         wall0, t0 = rec.now()
-        pulled = self.client.push_pull_at(slices, self.index, step, self.versions, self.cfg.workers * (step + 1))
+        pulled = self.client.push_pull_at(slices, self.index, step, self.versions, self.cfg.workers * (step + 1),
+                                          self._during(slices, True, True))
         total_ns = rec.mono_ns() - t0
         push_ns = self._split(wall0, total_ns, [w for _, _, _, w in pulled])
         barrier_ns = min(total_ns - push_ns, max(waited for _, _, waited, _ in pulled))

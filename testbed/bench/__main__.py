@@ -45,6 +45,7 @@ FIGURES = {
     "simulate": "testbed.bench.simulate",
     "capacity": "testbed.bench.capacity",
     "setup": "testbed.bench.setup",
+    "network": "testbed.bench.network",
 }
 
 

@@ -55,8 +55,10 @@ def profile_cache_dir() -> Path:
 Progress = Callable[[str], None]
 # Bumped whenever what calibration measures changes, so that profiles cached by an older
 # procedure are measured again instead of reused.
-CALIBRATION_VERSION = 6  # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
-# 6: step reads after pauses (reads.py)
+# 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
+# 6: the curves are the events' plain means, tails included (costs._mean says why), and the
+# init call to k worker processes; 7: step reads after pauses (reads.py)
+CALIBRATION_VERSION = 7
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -115,23 +117,33 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress) -> dict[int, float]:
-    """Seconds from asking for k new actors until all answer, for each k in ``counts``.
+def _measure_setup(echo_cls: Any, counts: tuple[int, ...],
+                   progress: Progress) -> tuple[dict[int, float], dict[int, float]]:
+    """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
+    once they are up and idle, the median of a few calls to all k at once (the init phase's
+    call to the worker processes when there is nothing to read).
 
     Actor start-up is a process start each, a few at a time, and slows as more processes
     live: the curve, not one figure, predicts a config's setup."""
     import ray
-    out = {}
+    setup, fanout = {}, {}
     for k in counts:
         progress(f"actor start-up ({k} actors)")
         t0 = time.perf_counter()
         actors = [echo_cls.remote() for _ in range(k)]
         ray.get([a.cpu_s.remote() for a in actors])
-        out[k] = time.perf_counter() - t0
+        setup[k] = time.perf_counter() - t0
+        calls = []
+        for _ in range(7):
+            time.sleep(0.05)  # idle first, as the worker processes are when init starts
+            t0 = time.perf_counter()
+            ray.get([a.cpu_s.remote() for a in actors])
+            calls.append(time.perf_counter() - t0)
+        fanout[k] = _median(calls)
         for a in actors:
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
-    return out
+    return setup, fanout
 
 
 def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, Any]:
@@ -197,14 +209,15 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     for a in (probe, echo):
         ray.kill(a)
     costs, points = measure_call_costs(quick, progress)
-    setup = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
-                           progress)
+    setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
+                                   progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]
     return {
         **calls, **_scalar_server_figures(one_shard, calls["reference_curves"]),
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
+        "init_fanout_s_by_actors": fanout,
         "call_costs": costs, "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},

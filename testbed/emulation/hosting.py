@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-__all__ = ["PROCESSES_PER_CORE", "workers_per_process", "group_workers"]
+__all__ = ["PROCESSES_PER_CORE", "workers_per_process", "group_workers", "requested_workers_per_process",
+           "process_count"]
 
 # Worker processes per core when the spec leaves the choice to the testbed. One process runs
 # Python on at most one core at a time (the GIL), so a node needs at least one per core to
@@ -34,6 +35,25 @@ def workers_per_process(workers_on_node: int, cores: float, requested: Optional[
         return min(requested, workers_on_node)
     processes = max(1, min(workers_on_node, math.floor(PROCESSES_PER_CORE * max(cores, 1.0))))
     return math.ceil(workers_on_node / processes)
+
+
+def requested_workers_per_process(compute_mode: str, requested: Optional[int]) -> Optional[int]:
+    """Workers a process hosts as a config asks: the spec's ``workers_per_process``; else, for
+    compute that busies a core (``spin``, ``matmul``), one per process, since virtual workers
+    are threads of one Python process and a spinning thread holds its interpreter lock,
+    stalling its siblings' calls (the first held-out draw: spin configs' pushes up to 5x the
+    prediction); else (``sleep``) None: chosen per node by ``group_workers``."""
+    if requested is not None:
+        return requested
+    return None if compute_mode == "sleep" else 1
+
+
+def process_count(workers: int, nodes: int, cores_per_node: float, requested: Optional[int]) -> int:
+    """How many worker processes ``group_workers`` makes for ``workers`` spread evenly over
+    ``nodes`` nodes of ``cores_per_node`` cores (the model's view of a placement)."""
+    nodes = max(1, min(nodes, workers))
+    per_node = [workers // nodes + (1 if i < workers % nodes else 0) for i in range(nodes)]
+    return sum(math.ceil(n / workers_per_process(n, cores_per_node, requested)) for n in per_node if n > 0)
 
 
 def group_workers(worker_nodes: Sequence[str], cores_by_node: dict[str, float],

@@ -11,7 +11,8 @@ waits its links' latency, which occupies no bandwidth (the last byte still has t
 Two parts: ``SharedLinks`` is the pure state (times are handed in, nothing sleeps), so the
 sharing is exact and testable with a fake clock; ``Shaper`` blocks the calling thread for as
 long as its transfer takes under that state, with a lock and a condition (thread-safe: a
-threaded shard actor calls it from every request). ``Endpoint`` is one actor's pair of links.
+threaded shard actor calls it from every request). ``Endpoint`` is one actor's pair of links;
+``ShardLinks`` a shard's two endpoints, one for workers on other nodes and one for workers on its own.
 No Ray here: the actors call these; docs/network.md says how, and what is not emulated.
 """
 
@@ -24,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from testbed.config.spec import LinkShape
+from testbed.config.spec import LinkShape, Network
 
-__all__ = ["Link", "SharedLinks", "Shaper", "Endpoint"]
+__all__ = ["Link", "SharedLinks", "Shaper", "Endpoint", "ShardLinks"]
 
 # A transfer whose remaining bytes fall below this is done (float rounding over many rate changes).
 _EPS_BYTES = 1e-6
@@ -219,3 +220,25 @@ class Endpoint:
     def send(self, nbytes: float) -> float:
         """A message leaving (a shard: a pull it serves; a worker: its gradient slices)."""
         return self.shaper.transfer(nbytes, self.outbound)
+
+
+class ShardLinks:
+    """A shard's interfaces: ``far`` to workers on other nodes (the spec's ``network`` figures) and
+    ``near`` to workers on its own node (``network.same_node``). A run on one node emulates every
+    actor as a node of its own, so there every worker is far (docs/network.md)."""
+
+    def __init__(self, name: str, network: Network) -> None:
+        self.far = Endpoint.for_shard(name, network)
+        self.near = Endpoint.for_shard(f"{name}-local", network.same_node)
+
+    @property
+    def shaped(self) -> bool:
+        return self.far.shaped or self.near.shaped
+
+    def receive(self, nbytes: float, near: bool = False) -> float:
+        """A pushed slice arriving; blocks for its share of the inbound link, then its latency."""
+        return (self.near if near else self.far).receive(nbytes)
+
+    def send(self, nbytes: float, near: bool = False) -> float:
+        """A slice served to a pull leaving; blocks for its share of the outbound link, then its latency."""
+        return (self.near if near else self.far).send(nbytes)

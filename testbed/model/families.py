@@ -11,6 +11,11 @@ N and the curve that the knee is read from.
 - simulated: a discrete-event simulation of the protocol; it needs the whole config, so
   ``predict`` builds it (testbed/model/simfamily.py) and ``scaling_curve`` does not.
 
+Shaped network links (``terms.links``, docs/model.md "Network links") add to the push and the
+pull in every family: M / B + L alone; in updated a shard's inbound link caps its throughput
+beside D; in queueing each shard's two links are processor-sharing centres (async) or shared
+by the round's N transfers (sync). Unshaped links are zero terms and change nothing.
+
 Pure: numpy and the standard library.
 """
 
@@ -25,6 +30,7 @@ import numpy as np
 from testbed.model.jitter import expected_max_factor
 from testbed.model.knee import asymptotic_knee
 from testbed.model.mva import Centre, CentreKind, solve_mva
+from testbed.model.network import link_centres
 from testbed.model.terms import StepTerms
 
 __all__ = ["ModelFamily", "Bound", "ScalingCurve", "scaling_curve"]
@@ -77,37 +83,53 @@ class ScalingCurve:
 
 
 def _ideal_step(t: StepTerms) -> float:
-    return t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s
+    return t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s + t.links.per_step_s
 
 
 def _initial(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     step = np.full(n.size, _ideal_step(t))
     const = lambda v: np.full(n.size, float(v))  # noqa: E731 - a local shorthand
+    links = t.links
+    # The shaped links (the study's form): M / B + L more per push and per pull, on top of
+    # the calibrated transfers (both 0 when unshaped).
     share = {Bound.DISK: const(t.read_s), Bound.COMPUTE: const(t.compute_s),
-             Bound.NETWORK: const(t.transfer_s), Bound.SERVER: const(t.server_demand_s)}
+             Bound.NETWORK: const(t.transfer_s + links.per_step_s), Bound.SERVER: const(t.server_demand_s)}
     # The initial model believes nothing saturates, so it reports no utilisation.
-    return ScalingCurve(step, const(t.read_s), const(t.compute_s), const(t.push_transfer_s + t.push_service_s),
-                        const(t.pull_transfer_s + t.pull_service_s), const(0.0), const(t.apply_s),
+    return ScalingCurve(step, const(t.read_s), const(t.compute_s),
+                        const(t.push_transfer_s + t.push_service_s + links.push_s),
+                        const(t.pull_transfer_s + t.pull_service_s + links.pull_s), const(0.0), const(t.apply_s),
                         share, {}, None)
 
 
 def _updated(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     base = _initial(t, n)
     d = t.server_demand_s
-    # All N x steps updates pass through each shard, one at a time: a step can't be
-    # shorter than N D. The excess over the ideal step is time spent queueing.
-    step = np.maximum(base.step_s, n * d)
-    queue = step - base.step_s
+    # A shard's inbound link carries one slice of every push (its outbound link one of every
+    # k-th step's pull, never more): a server-side resource beside the shard's CPU demand D.
+    d_link = t.links.shard_inbound_per_step_s
+    # All N x steps updates pass through each shard, one at a time, and through its link: a
+    # step can't be shorter than N times the busier of the two. The excess over the ideal
+    # step is waiting: at the lock (queue) or, when the link is the busier, at the link.
+    step = np.maximum(base.step_s, n * max(d, d_link))
+    excess = step - base.step_s
     share = dict(base.share)
+    utilization = {Bound.SERVER: n * d / step}
+    queue = excess
+    if d_link > d:
+        queue = np.zeros(n.size)
+        share[Bound.NETWORK] = base.share[Bound.NETWORK] + excess
     share[Bound.SERVER] = d + queue
-    return dataclasses.replace(base, step_s=step, queue_s=queue, push_s=base.push_s + queue, share=share,
-                               utilization={Bound.SERVER: n * d / step},
-                               knee_asymptotic=asymptotic_knee(_ideal_step(t), d))
+    if d_link > 0:
+        utilization[Bound.NETWORK] = n * d_link / step
+    return dataclasses.replace(base, step_s=step, queue_s=queue, push_s=base.push_s + excess, share=share,
+                               utilization=utilization, knee_asymptotic=asymptotic_knee(_ideal_step(t), max(d, d_link)))
 
 
 def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     d = t.server_demand_s
-    centres = [Centre("server", d)]
+    links = t.links
+    # Each shard's inbound and outbound links: processor-sharing centres beside its own.
+    centres = [Centre("server", d)] + link_centres(links)
     if t.read_s > 0:
         centres.append(Centre("disk", t.read_s, CentreKind.LOAD_DEPENDENT, t.read_rate_multipliers))
     rpc_cpu = t.rpc_cpu_s
@@ -132,6 +154,13 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     # that runs while the worker computes: it comes out of the sleep, so N = 1 stays exact.
     background = max(0.0, rpc_cpu - t.transfer_s - t.worker_extra_s)
     think = transfer_delay + (0.0 if t.compute_on_cpu else max(0.0, t.compute_s - background))
+    # The worker's own link carries all S slices (M / B) while the shards' ends go on: with
+    # S > 1 it can outlast a shard's whole part of the call (its slice, the latency, its
+    # service); the excess, and the latency, are delays nobody else lengthens.
+    k = t.pull_every
+    own_push = max(0.0, links.worker_bytes_s - links.shard_push_demand_s - links.latency_s - t.push_service_s)
+    own_pull = max(0.0, links.worker_bytes_s - links.shard_pull_demand_s - links.latency_s - t.pull_service_s)
+    think += links.latency_s * (1.0 + 1.0 / k) + own_push + own_pull / k
     res = solve_mva(centres, think, int(n[-1]))
     x = res.throughput_per_s[1:]
     step = n / x
@@ -139,6 +168,12 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     r_server = res.response_s["server"][1:]
     r_disk = res.response_s["disk"][1:] if "disk" in res.response_s else zeros
     r_cpu = res.response_s["cpu"][1:] if "cpu" in res.response_s else zeros
+    # A push's link time: its share of the shard's inbound link, the latency, the worker's own
+    # link beyond the shard's part; a pull's likewise at the outbound link (R_out is per step).
+    r_in = res.response_s["link_in"][1:] if "link_in" in res.response_s else zeros
+    r_out = res.response_s["link_out"][1:] if "link_out" in res.response_s else zeros
+    link_push = r_in + links.latency_s + own_push
+    link_pull = r_out * k + links.latency_s + own_pull
     cpu_demand = t.cpu_demand_s or 1.0
     r_compute = r_cpu * (t.compute_s / cpu_demand) if t.compute_on_cpu else np.full(n.size, t.compute_s)
     # Stretch factor of a worker's transfers once its RPC work waits for a core. Only the CPU
@@ -156,14 +191,20 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         # this below saturation; in saturation MVA is right. Take the longer of the two.
         burst_push = (n - 1) / 2.0 * t.push_service_s
         burst_pull = (n - 1) / 2.0 * t.apply_s / t.pull_every
+        # The links are left to MVA: equal transfers that share a link from staggered starts
+        # finish at spread-out times, so the lock step does not survive a link that binds (the
+        # simulated family shows the steps settling near MVA's N (M/S) / B, not a burst's 2 N).
         burst = float(step[0]) + burst_push + burst_pull
         lock = burst > step
         step = np.where(lock, burst, step)
         wait = np.where(lock, burst_push, wait)
         r_server = np.where(lock, d + burst_push + burst_pull, r_server)
-    share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute, Bound.NETWORK: t.transfer_s * stretch,
-             Bound.SERVER: r_server}
+    share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute,
+             Bound.NETWORK: t.transfer_s * stretch + link_push + link_pull / k, Bound.SERVER: r_server}
     utilization = {Bound.SERVER: res.utilization("server")[1:]}
+    if links.shaped and ("link_in" in res.response_s or "link_out" in res.response_s):
+        utilization[Bound.NETWORK] = np.maximum(*(res.utilization(c)[1:] if c in res.response_s else zeros
+                                                  for c in ("link_in", "link_out")))
     if "disk" in res.response_s:
         utilization[Bound.DISK] = res.utilization("disk")[1:]
     if "cpu" in res.response_s:
@@ -171,10 +212,11 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     cycle_one = think + sum(c.demand_s / float(c.alphas(1)[0]) for c in centres)
     bottleneck = max(c.saturation_demand_s for c in centres)
     return ScalingCurve(step, r_disk if t.read_s > 0 else zeros, r_compute,
-                        t.push_transfer_s * stretch + wait + t.push_service_s,
-                        t.pull_transfer_s * stretch + wait + t.pull_service_s,
+                        t.push_transfer_s * stretch + wait + t.push_service_s + link_push,
+                        t.pull_transfer_s * stretch + wait + t.pull_service_s + link_pull,
                         wait, np.full(n.size, t.apply_s), share, utilization,
                         asymptotic_knee(cycle_one, bottleneck))
+
 
 
 def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
@@ -198,24 +240,37 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
         compute_wall = t.compute_s * slowest
         rpc_wall = rpc_cpu * crowd
     server = n * d  # every shard applies all N pushes and serves N / k pulls per step
-    step = read + compute_wall + transfer_delay + rpc_wall + server
+    # The N pushes of a step reach a shard's inbound link at once and share it: all are through
+    # after N (M/S) / B, then the latency; the N pulls of the round leave through its outbound
+    # link likewise (sync pulls every step). The worker's own link (M / B, all S slices) runs
+    # alongside the shard's part and counts only where it outlasts it (S > N).
+    links = t.links
     wait_push = (n - 1) / 2.0 * t.push_service_s  # mean position in the burst of N pushes
     wait_pull = (n - 1) / 2.0 * t.pull_service_s
+    shared_push = n * links.shard_push_demand_s + links.latency_s
+    shared_pull = n * links.shard_pull_demand_s + links.latency_s
+    link_push = shared_push + np.maximum(0.0, links.worker_bytes_s - shared_push - wait_push - t.push_service_s)
+    link_pull = shared_pull + np.maximum(0.0, links.worker_bytes_s - shared_pull - wait_pull - t.pull_service_s)
+    step = read + compute_wall + transfer_delay + rpc_wall + server + link_push + link_pull
     own = t.transfer_s + t.worker_extra_s
     inside = min(rpc_cpu, own) / rpc_cpu if rpc_cpu > 0 else 0.0  # as in _queueing_async
     stretch = (transfer_delay + rpc_wall * inside) / own if own > 0 else np.ones(n.size)
-    share = {Bound.DISK: read, Bound.COMPUTE: compute_wall, Bound.NETWORK: t.transfer_s * stretch,
-             Bound.SERVER: server}
+    share = {Bound.DISK: read, Bound.COMPUTE: compute_wall,
+             Bound.NETWORK: t.transfer_s * stretch + link_push + link_pull, Bound.SERVER: server}
     utilization = {Bound.SERVER: server / step}
+    if links.shard_push_demand_s > 0:
+        # Busy fraction of a shard's inbound link: N slices a step (its outbound carries as many).
+        utilization[Bound.NETWORK] = n * links.shard_push_demand_s / step
     if t.has_cpu_centre:
         utilization[Bound.COMPUTE] = n * t.cpu_demand_s / (t.cores * step)
     # The parts that grow with n have a slope per worker; X(n) tends to 1 / slope, and the
     # line through X(1) meets that cap at step(1) / slope, the sync analogue of (Z + D) / D.
     crowd_cpu = t.cpu_demand_s / t.cores if t.has_cpu_centre else 0.0
-    slope = d + t.read_s / float(multipliers.max()) + crowd_cpu
+    slope = d + t.read_s / float(multipliers.max()) + crowd_cpu + links.shard_push_demand_s \
+        + links.shard_pull_demand_s
     return ScalingCurve(step, read, t.compute_s * (crowd if t.compute_on_cpu else np.ones(n.size)),
-                        t.push_transfer_s * stretch + wait_push + t.push_service_s,
-                        t.pull_transfer_s * stretch + wait_pull + t.pull_service_s,
+                        t.push_transfer_s * stretch + wait_push + t.push_service_s + link_push,
+                        t.pull_transfer_s * stretch + wait_pull + t.pull_service_s + link_pull,
                         wait_push, np.full(n.size, t.apply_s), share, utilization,
                         asymptotic_knee(float(step[0]), slope))
 

@@ -70,6 +70,11 @@ class LinkTerms:
     def shaped(self) -> bool:
         return self.per_step_s > 0
 
+    @property
+    def worker_bytes_s(self) -> float:
+        """M / B: a worker's own link carrying its whole gradient (or the parameters), no latency."""
+        return self.push_s - self.latency_s
+
 
 def link_terms(gradient_bytes: float, servers: int, pull_every: int, bandwidth_bytes_per_s: Optional[float],
                latency_s: float = 0.0) -> LinkTerms:

@@ -16,6 +16,7 @@ import numpy as np
 
 from testbed.model.families import SATURATED, Bound, ModelFamily, scaling_curve
 from testbed.model.knee import marginal_knee
+from testbed.model.network import link_saturation_workers
 from testbed.model.profile import HardwareProfile
 from testbed.model.simfamily import simulated_prediction
 from testbed.model.stragglers import straggler_compute_factor, straggler_extra_s
@@ -102,10 +103,11 @@ class Prediction:
 
 def _search_limit(t: StepTerms, workers: int) -> int:
     """How far the knee search looks: four times a cheap estimate of N*, at least 64."""
-    cycle = t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s
+    cycle = t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s + t.links.per_step_s
     bottleneck = max(t.server_demand_s, t.read_s / max(t.read_rate_multipliers),
                      t.cpu_demand_s / t.cores if t.has_cpu_centre else 0.0)
     n_star = cycle / bottleneck if bottleneck > 0 else math.inf
+    n_star = min(n_star, link_saturation_workers(cycle, t.links))  # a shard's busier link (inf: unshaped)
     wanted = 64 if not math.isfinite(n_star) else max(64, math.ceil(4 * n_star) + 2)
     return max(workers + 1, min(MAX_SEARCH_WORKERS, wanted))
 

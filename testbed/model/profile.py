@@ -123,6 +123,10 @@ class HardwareProfile:
     # Seconds to start k actors at once, for a few k: start-up is not linear in k (each new
     # process slows the others), so setup is interpolated on this curve (``interpolate_setup_s``).
     setup_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
+    # Seconds for one call from the driver to k idle actors at once and the wait for all
+    # answers, for a few k: the init phase with nothing to read is this call to the worker
+    # processes (it grows ~0.6 ms a process here), read with ``interpolate_setup_s``.
+    init_fanout_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
 
@@ -148,6 +152,8 @@ class HardwareProfile:
                 raise ValueError(f"nodes must be >= 1, got {self.nodes}")
             object.__setattr__(self, "nodes", int(self.nodes))
         object.__setattr__(self, "setup_s_by_actors", {int(k): float(v) for k, v in self.setup_s_by_actors.items()})
+        object.__setattr__(self, "init_fanout_s_by_actors",
+                           {int(k): float(v) for k, v in self.init_fanout_s_by_actors.items()})
         for name in ("disk", "disk_reference"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, DiskProfile(**getattr(self, name)))

@@ -12,6 +12,11 @@ from the same ``StepTerms`` as every family (``testbed/model/simfamily.py``):
 - a shard applies pushes one at a time under its lock (``simpy.Resource(1)``) and its apply
   needs a core while it holds the lock, so a saturated CPU stretches the lock's hold time;
 - step reads share the disk by its measured concurrency curve;
+- shaped links (docs/network.md): each shard's inbound and outbound link is a processor-sharing
+  resource of rate 1 (a slice's work is its bytes over the bandwidth); a push waits its slice at
+  the inbound link before the lock, a pull (alone, with a push, or at the sync barrier) its
+  slice at the outbound link after the copy, each followed by the latency; a worker's own link
+  carries only its own transfer, so it is a floor on the call's end: M / B after it began;
 - ``sync``: a pull of version N (k + 1) waits at each shard until all N pushes of the step are
   applied; ``ssp``: a step clock holds a worker more than ``staleness`` steps ahead.
 
@@ -68,6 +73,9 @@ class SimSpec:
     kill_steps: tuple[tuple[int, int], ...] = ()          # (worker, step)
     kill_updates: tuple[tuple[int, int], ...] = ()        # (shard, update)
     service: str = "deterministic"  # or "exponential": every apply and copy drawn Exp(mean)
+    link_slice_s: float = 0.0       # (M/S) / B: a slice alone on a shard's link (0: unshaped)
+    link_worker_s: float = 0.0      # M / B: a whole gradient (or the parameters) on a worker's own link
+    link_latency_s: float = 0.0     # L: charged at the shard's end of every transfer, after its bytes
 
 
 class Node:
@@ -105,6 +113,18 @@ class SimShard:
         self._reached: dict[int, simpy.Event] = {}  # version -> event of the pulls waiting for it
         self._snapshot = -1
         self.kill_updates = {u for s, u in spec.kill_updates if s == shard}
+        # The shard's links, only when shaped: an unshaped run schedules no event for them.
+        shaped = spec.link_slice_s > 0
+        self.link_in = SharedRate(env, cores_rate(1), 1.0) if shaped else None
+        self.link_out = SharedRate(env, cores_rate(1), 1.0) if shaped else None
+        self.links_shaped = shaped or spec.link_latency_s > 0
+
+    def _link(self, link: SharedRate | None) -> Iterator[simpy.Event]:
+        """One slice through one of the shard's links (its share of the bandwidth), then the latency."""
+        if link is not None:
+            yield link.serve(self.spec.link_slice_s)
+        if self.spec.link_latency_s > 0:
+            yield self.env.timeout(self.spec.link_latency_s)
 
     def _work(self, cpu_s: float, sleep_s: float) -> Iterator[simpy.Event]:
         f = self.service.factor()
@@ -121,6 +141,13 @@ class SimShard:
         t_call = env.now
         if spec.overhead_s > 0:
             yield self.node.cores.serve(spec.overhead_s)  # the call's dispatch, outside the lock
+        link_s = 0.0
+        if self.links_shaped:
+            # The slice's bytes through the inbound link, before the lock (a push waiting for the
+            # link does not hold it): the push's network time, not the shard's service.
+            t_link = env.now
+            yield from self._link(self.link_in)
+            link_s = env.now - t_link
         arrive = env.now
         with self.lock.request() as req:
             yield req
@@ -140,9 +167,11 @@ class SimShard:
             if copy:
                 yield from self._work(spec.copy_s, 0.0)
                 self.busy_s += env.now - pushed
-        self.tally.add(PUSH_SERVER, pushed - t_call)
+        self.tally.add(PUSH_SERVER, pushed - t_call - link_s)
         if copy:
             self.tally.add(PULL_SERVER, env.now - pushed)
+            if self.links_shaped:
+                yield from self._link(self.link_out)  # the pulled slice leaves, outside the lock
         return pushed
 
     def pull(self) -> Iterator[simpy.Event]:
@@ -156,6 +185,8 @@ class SimShard:
             yield from self._work(self.spec.copy_s, 0.0)
             self.busy_s += env.now - start
         self.tally.add(PULL_SERVER, env.now - t_call)
+        if self.links_shaped:
+            yield from self._link(self.link_out)
 
     def pull_at(self, version: int) -> Iterator[simpy.Event]:
         """Wait until ``version`` updates are applied; the first pull of a version copies the
@@ -177,6 +208,8 @@ class SimShard:
                 self._snapshot = version
                 self.busy_s += env.now - start
         self.tally.add(PULL_SERVER, env.now - t_call - waited)
+        if self.links_shaped:
+            yield from self._link(self.link_out)
         return waited
 
 
@@ -232,17 +265,32 @@ class SimClient:
             yield self.env.all_of(others)
         return [p.value for p in others] + [last]
 
+    def _own_link(self, until: float) -> Iterator[simpy.Event]:
+        """The worker's own link carried its S slices (M / B) alongside the shards' ends: the
+        call is not over before ``until``."""
+        if self.env.now < until:
+            yield self.env.timeout(until - self.env.now)
+
     def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        start = self.env.now
         yield from self._all([s.push(worker, step) for s in self.shards])
+        if self.spec.link_worker_s > 0:
+            yield from self._own_link(start + self.spec.link_worker_s)
 
     def push_pull(self, worker: int, step: int) -> Iterator[simpy.Event]:
         """A push with the pull that is due (``RayServerClient.push_pull``): one call per shard.
         Returns when the last shard was done with the push (the worker's push/pull split)."""
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
-        pushed = yield from self._all([s.push(worker, step, copy=True) for s in self.shards])
+        start = self.env.now
+        pushed = max((yield from self._all([s.push(worker, step, copy=True) for s in self.shards])))
+        own = self.spec.link_worker_s
+        if own > 0:
+            # The gradient left over the worker's link, then the parameters came in over it.
+            pushed = max(pushed, start + own)
+            yield from self._own_link(pushed + own)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
-        return max(pushed)
+        return pushed
 
     def push_pull_at(self, worker: int, step: int, version: int) -> Iterator[simpy.Event]:
         """``sync``: a push, then the pull of ``version``, in one call per shard. Returns (when
@@ -252,10 +300,19 @@ class SimClient:
             waited = yield from shard.pull_at(version)
             return pushed, waited
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        start = self.env.now
         results = yield from self._all([one(s) for s in self.shards])
+        pushed, waited = max(p for p, _ in results), [w for _, w in results]
+        own = self.spec.link_worker_s
+        if own > 0:
+            pushed = max(pushed, start + own)
+            yield from self._own_link(pushed + max(waited) + own)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
-        return max(p for p, _ in results), [w for _, w in results]
+        return pushed, waited
 
     def pull(self) -> Iterator[simpy.Event]:
+        start = self.env.now
         yield from self._all([s.pull() for s in self.shards])
+        if self.spec.link_worker_s > 0:
+            yield from self._own_link(start + self.spec.link_worker_s)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back

@@ -12,6 +12,8 @@ How the terms are split (docs/model.md, "Family 4"):
   a pull's copy ``s_pull - o`` under the lock on a core; what the shards' calibrated CPU
   (``server_cpu_s``) holds beyond those runs with the worker's background CPU (one burst per
   step, on a core, not waited for).
+- shaped links: a slice's bytes over the bandwidth is its work at a shard's link, the whole
+  gradient's at the worker's own, the latency a delay at the shard's end (``simactors.py``).
 
 Cost: a prediction simulates the config's N once (at most ``POINT_WORKER_STEPS`` worker-steps;
 longer runs are simulated shorter and scaled) and, for the knee, a coarse grid of worker counts
@@ -38,7 +40,7 @@ from testbed.model.profile import HardwareProfile, interpolate_setup_s
 from testbed.model.simactors import SimSpec
 from testbed.model.simulation import SimResult, simulate, simulate_init
 from testbed.model.stragglers import stragglers
-from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker
+from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker, worker_processes
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
            "CURVE_BUDGET", "CURVE_POINTS"]
@@ -98,6 +100,10 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),
         kill_updates=tuple((int(f.shard), max(1, round(f.update * scale))) for f in _faults(config, "kill_server")),
         service=service,
+        # The shaped links (zero when unshaped): a slice at a shard's link, the whole gradient at
+        # the worker's own, and the latency at the shard's end.
+        link_slice_s=t.links.shard_push_demand_s, link_worker_s=t.links.worker_bytes_s,
+        link_latency_s=t.links.latency_s,
     )
 
 
@@ -150,9 +156,10 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
     ``terms.init_seconds`` reads it)."""
     # simulate_init charges one call latency for the driver's call: the calibrated one replaces it.
-    driver = init_call_s(profile) - profile.actor_call_latency_s
+    call = init_call_s(profile, worker_processes(config, profile, workers))
+    driver = call - profile.actor_call_latency_s
     if config.workload.dataset_bytes <= 0 or profile.disk is None:
-        return init_call_s(profile)
+        return call
     disk = profile.disk
     single = disk.single_stream_bytes_per_s
     top = max(disk.seq_read_bytes_per_s.values()) / single
@@ -170,6 +177,8 @@ def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:
     utilization = {Bound.SERVER: result.server_utilization, Bound.COMPUTE: result.cpu_utilization}
     if result.disk_utilization is not None:
         utilization[Bound.DISK] = result.disk_utilization
+    if result.network_utilization is not None:
+        utilization[Bound.NETWORK] = result.network_utilization
     return {b: steps * v for b, v in share.items()}, utilization
 
 

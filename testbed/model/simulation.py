@@ -55,6 +55,7 @@ class SimResult:
     disk_utilization: Optional[float]
     share_s: dict[str, float]       # per step: disk, compute, network, server
     events: int                     # SimPy events scheduled (for the benchmark)
+    network_utilization: Optional[float] = None  # mean over shards of the busier link's busy fraction
 
 
 class SimWorker:
@@ -199,7 +200,15 @@ def simulate(spec: SimSpec) -> SimResult:
         cpu_utilization=node.cores.utilization(train_s),
         disk_utilization=node.disk.utilization(train_s) if spec.read_s > 0 else None,
         share_s=share, events=next(env._eid),  # SimPy's own counter of scheduled events
+        network_utilization=_link_utilization(shards, train_s),
     )
+
+
+def _link_utilization(shards: Sequence[SimShard], train_s: float) -> Optional[float]:
+    """Mean over shards of the busier of each shard's two links (None when unshaped)."""
+    if not shards or shards[0].link_in is None or shards[0].link_out is None:
+        return None
+    return sum(max(s.link_in.utilization(train_s), s.link_out.utilization(train_s)) for s in shards) / len(shards)
 
 
 class _Gate:

@@ -31,11 +31,13 @@ import math
 from typing import Any, Optional
 
 from testbed.config.errors import UserError
+from testbed.emulation.hosting import process_count, requested_workers_per_process
 from testbed.model.curves import CALL_COST_CURVES, CallCosts
+from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "steps_per_worker", "extrapolated",
+    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "worker_processes", "steps_per_worker", "extrapolated",
     "transfer_seconds", "INLINE_BYTES", "node_count",
 ]
 
@@ -89,6 +91,9 @@ class StepTerms:
     server_cpu_s: float = 0.0            # CPU all shards spend per worker step (calibrated; 0: unknown)
     setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
     ray_cpu_s: float = 0.0               # CPU of Ray's own processes per worker step (raylet, GCS)
+    # The shaped links' part (docs/network.md), on top of the calibrated transfers above:
+    # zero terms when the network is unshaped.
+    links: LinkTerms = link_terms(0.0, 1, 1, None)
 
     @property
     def server_demand_s(self) -> float:
@@ -282,6 +287,13 @@ def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:
                 server_cpu_s=_per_step_cpu(profile, "server", m, s) or 0.0)
 
 
+def _links(config: Any) -> LinkTerms:
+    """The link terms between nodes for every worker/shard pair. A multi-node placement whose
+    workers share a node with a shard (``network.same_node``) is approximated by these too
+    (docs/model.md, "Network links")."""
+    return link_terms_for(config)
+
+
 def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
     costs = profile.call_costs_for(config.servers)
@@ -299,6 +311,7 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
         ray_cpu_s=profile.ray_cpu_per_step_s.at(config.gradient_bytes) if profile.ray_cpu_per_step_s else 0.0,
+        links=_links(config),
         **calls,
     )
 
@@ -327,11 +340,25 @@ def init_read_bytes(config: Any, workers: float) -> float:
     return d / workers if _value(config.data.partition) == "shard" else float(d)
 
 
-def init_call_s(profile: HardwareProfile) -> float:
+def worker_processes(config: Any, profile: HardwareProfile, workers: int) -> int:
+    """Worker processes the runner makes for ``workers`` workers (``testbed.emulation.hosting``),
+    spread evenly over the profiled nodes."""
+    requested = requested_workers_per_process(_value(config.compute.mode), config.workers_per_process)
+    return process_count(workers, node_count(profile), profile.cores_per_node, requested)
+
+
+def init_call_s(profile: HardwareProfile, processes: int = 1) -> float:
     """The driver's call that starts init and waits for its end, with nothing to read: measured
     by calibration (the single-worker runs' init spans: the call reaches the worker host, which
-    starts a thread per hosted worker); one actor-call latency in profiles without it."""
-    return profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
+    starts a thread per hosted worker; one actor-call latency in profiles without it), plus
+    what calling ``processes`` worker processes at once adds on the calibrated fan-out curve
+    (``init_fanout_s_by_actors``; a held-out draw measured ~0.6 ms a process, 18 ms for 31)."""
+    one = profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
+    points = sorted(profile.init_fanout_s_by_actors.items())
+    if processes <= 1 or not points:
+        return one
+    more = interpolate_setup_s(points, processes) - interpolate_setup_s(points, 1)
+    return one + max(0.0, more)
 
 
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
@@ -343,7 +370,7 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     """
     # The driver's call that starts the phase (and waits for its end) costs its calibrated
     # time even with nothing to read.
-    call = 0.0 if ideal else init_call_s(profile)
+    call = 0.0 if ideal else init_call_s(profile, worker_processes(config, profile, workers))
     if config.workload.dataset_bytes <= 0:
         return call
     disk = _need_disk(profile, "the workload has a data set to read at init")

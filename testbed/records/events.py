@@ -44,6 +44,9 @@ class Phase(str, enum.Enum):
     APPLY = "apply"          # server: applying one gradient in place
     CHECKPOINT = "checkpoint"  # server: writing its parameters and version to the run folder
     RESTART = "restart"      # worker or server: from its crash until the restarted actor resumed (lost time)
+    # Shaped links only (docs/network.md); part of the worker's push and pull, as queue and apply are.
+    LINK_IN = "link_in"      # server: a pushed slice crossing its inbound link (its share, then the latency)
+    LINK_OUT = "link_out"    # server: a slice it serves to a pull crossing its outbound link
 
 
 class Role(str, enum.Enum):

@@ -22,7 +22,7 @@ from testbed.analysis.compare import MODELS, measured_column
 from testbed.records.events import Phase, Role
 
 __all__ = ["phase_vs_workers", "speedup_vs_workers", "phase_breakdown", "measured_vs_predicted",
-           "staleness_histogram", "utilisation",
+           "staleness_histogram", "utilisation", "shaped_link_rate",
            "figure_png", "utilisation_png", "show"]
 
 _SPAN_COLOURS = {Phase.SETUP.value: "tab:gray", Phase.INIT.value: "tab:orange", Phase.TRAIN.value: "tab:green"}
@@ -160,6 +160,24 @@ def _driver_spans(events: pd.DataFrame) -> pd.DataFrame:
     return driver[["config_id", "phase", "start_ns", "duration_ns"]]
 
 
+def shaped_link_rate(times_ns: np.ndarray, events: pd.DataFrame, node: str) -> np.ndarray:
+    """Bytes a second through the shaped links of ``node``'s shards between consecutive sample
+    times (the first sample: 0): each ``link_in``/``link_out`` event's bytes spread evenly over
+    its duration. Events and samples are both on the node's own clock. Zeros when unshaped."""
+    rate = np.zeros(len(times_ns))
+    mine = events[(events["node"] == node) & events["phase"].isin((Phase.LINK_IN.value, Phase.LINK_OUT.value))]
+    if mine.empty or len(times_ns) < 2:
+        return rate
+    lo, hi = np.asarray(times_ns[:-1], dtype=float), np.asarray(times_ns[1:], dtype=float)
+    for start, dur, nbytes in zip(mine["start_ns"], mine["duration_ns"], mine["bytes"]):
+        end = start + max(int(dur), 1)
+        overlap = np.clip(np.minimum(hi, end) - np.maximum(lo, start), 0, None)
+        rate[1:] += nbytes * overlap / (end - start)
+    widths_s = (hi - lo) / 1e9
+    rate[1:] = np.divide(rate[1:], widths_s, out=np.zeros_like(widths_s), where=widths_s > 0)
+    return rate
+
+
 def utilisation(resources: Optional[pd.DataFrame], events: pd.DataFrame,
                 offsets: dict[str, Any]) -> Optional[Figure]:
     """One panel per node: CPU %, disk and network bytes/s over time, driver phases shaded; None without samples."""
@@ -181,6 +199,9 @@ def utilisation(resources: Optional[pd.DataFrame], events: pd.DataFrame,
         io = ax.twinx()
         io.plot(t, (s["disk_read_bytes_per_s"] + s["disk_write_bytes_per_s"]) / 2**20, color="tab:red")
         io.plot(t, (s["net_sent_bytes_per_s"] + s["net_recv_bytes_per_s"]) / 2**20, color="tab:purple")
+        shaped = shaped_link_rate(s["time_ns"].to_numpy(), events, node)
+        if shaped.any():  # what the shaped links carried (on one node no byte crosses the NIC)
+            io.plot(t, shaped / 2**20, color="tab:purple", linestyle="--")
         io.set_ylabel("MiB/s")
         for _, span in spans.iterrows():
             x0 = (span["start_ns"] - origin) / 1e9
@@ -189,6 +210,8 @@ def utilisation(resources: Optional[pd.DataFrame], events: pd.DataFrame,
     from matplotlib.patches import Patch
     handles = [Line2D([], [], color=c, label=label) for c, label in
                (("tab:blue", "cpu %"), ("tab:red", "disk MiB/s"), ("tab:purple", "net MiB/s"))]
+    if events["phase"].isin((Phase.LINK_IN.value, Phase.LINK_OUT.value)).any():
+        handles.append(Line2D([], [], color="tab:purple", linestyle="--", label="shaped links MiB/s"))
     handles += [Patch(color=c, alpha=0.3, label=p) for p, c in _SPAN_COLOURS.items()]
     fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8)
     axes[-1].set_xlabel("seconds since the run's first event (driver clock)")

@@ -30,7 +30,8 @@ _LABELS = {
     "disk_reference": "fio (reference)",
 }
 # Keyed curves: the label of one point, given its key.
-_POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once"}
+_POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
+                 "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
 _NOT_FIGURES = {"identity", "created", "schema_version"}
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from testbed.analysis.validation import Comparison
 from testbed.config.presets import preset_summary
+from testbed.config.units import format_bits_per_s
 from testbed.records.events import Phase, Role
 from testbed.records.rundir import RunFolder
 from testbed.records.summary import shown_columns
@@ -27,7 +28,7 @@ from testbed.report import plots
 from testbed.report.comparison import comparison_files, comparison_markdown
 from testbed.report.markdown import frame_table, markdown_table
 
-__all__ = ["Section", "preset_section", "data_section", "summary_section", "reliability_section", "model_section",
+__all__ = ["Section", "preset_section", "network_section", "data_section", "summary_section", "reliability_section", "model_section",
            "staleness_section", "nodes_section", "clock_section", "utilisation_section", "max_clock_offset_ns",
            "UTILISATION_PNG", "STALENESS_PNG"]
 
@@ -47,6 +48,34 @@ def preset_section(manifest: dict[str, Any]) -> list[str]:
     """The preset the spec was built from, its sources and the scale; nothing without a preset."""
     line = preset_summary(manifest.get("spec") or {})
     return [line, ""] if line else []
+
+
+def _link_text(shape: dict[str, Any]) -> str:
+    bandwidth, latency = shape.get("bandwidth"), shape.get("latency") or 0.0
+    if bandwidth is None and not latency:
+        return "unshaped"
+    parts = [format_bits_per_s(bandwidth) if bandwidth is not None else "unlimited bandwidth"]
+    return ", ".join(parts + ([f"latency {latency * 1e3:g} ms"] if latency else []))
+
+
+def network_section(manifest: dict[str, Any]) -> list[str]:
+    """The link figures the configs ran with (docs/network.md); nothing when every config is unshaped."""
+    figures: dict[tuple[str, str], list[str]] = {}
+    for c in manifest.get("configs", []):
+        net = c.get("network") or {}
+        key = (_link_text(net), _link_text(net.get("same_node") or {}))
+        figures.setdefault(key, []).append(c["config_id"])
+    if all(key == ("unshaped", "unshaped") for key in figures):
+        return []
+    nodes = sum(1 for n in manifest.get("cluster") or [] if (n.get("cpus") or 0) > 0) or 1
+    where = ("one node: every actor is emulated as a node of its own, so every transfer takes the "
+             "between-node figures" if nodes <= 1 else f"{nodes} nodes: a worker and a shard on one node "
+             "take the same-node figures")
+    lines = ["## Network", "", f"Shaped links (docs/network.md; {where}). Link waits are part of push and pull; "
+             "a shard records them as `link_in` and `link_out`.", ""]
+    for (far, near), ids in figures.items():
+        lines.append(f"- between nodes: {far}; same node: {near} ({len(ids)} config{'s' if len(ids) != 1 else ''})")
+    return lines + [""]
 
 
 def data_section(manifest: dict[str, Any]) -> list[str]:

@@ -28,6 +28,7 @@ from testbed.report.sections import (
     clock_section,
     data_section,
     model_section,
+    network_section,
     nodes_section,
     preset_section,
     reliability_section,
@@ -70,6 +71,7 @@ def write_report(run_dir: str | Path | RunFolder, status: Optional[RunStatus] = 
     parts: list[list[str] | Section] = [
         header,
         preset_section(manifest),
+        network_section(manifest),
         data_section(manifest),
         summary_section(summary),
         reliability_section(manifest, events, summary),

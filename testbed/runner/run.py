@@ -43,7 +43,6 @@ from actors.server import ServerActor
 from testbed.config.errors import UserError
 from testbed.config.faults import KillServer, KillWorker, shard_faults
 from testbed.config.spec import (
-    ComputeMode,
     ExperimentSpec,
     InitIO,
     RunConfig,
@@ -53,7 +52,7 @@ from testbed.config.spec import (
     with_reliability_defaults,
 )
 from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
-from testbed.emulation.hosting import group_workers
+from testbed.emulation.hosting import group_workers, requested_workers_per_process
 from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
 from testbed.records.manifest import ConfigStatus, DataSet, RunStatus
 from testbed.records.rundir import RunFolder, check_out_path, default_run_dir
@@ -163,14 +162,8 @@ class ConfigOutcome:
 
 
 def _workers_per_process(cfg: RunConfig) -> Optional[int]:
-    """How many workers a process hosts: as the spec says; else, for compute that busies a
-    core (spin, matmul), one per process, since virtual workers are threads of one Python
-    process and a spinning thread holds its interpreter lock, stalling its siblings' calls
-    (the first held-out draw: spin configs' pushes up to 5x the prediction); else (sleep)
-    chosen per node by ``group_workers``."""
-    if cfg.workers_per_process is not None:
-        return cfg.workers_per_process
-    return None if cfg.compute.mode is ComputeMode.SLEEP else 1
+    """How many workers a process hosts (``hosting.requested_workers_per_process`` says why)."""
+    return requested_workers_per_process(cfg.compute.mode.value, cfg.workers_per_process)
 
 
 def _cluster_shape(nodes: list[NodeInfo]) -> tuple[int, float]:
@@ -263,14 +256,20 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
                                run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
-                               wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state)
+                               wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state,
+                               network=cfg.network if cfg.network.shaped or cfg.network.same_node.shaped else None)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
                 clock = clocks[0] if clocks else None
                 # Two threads: the driver can ask for the workers' events while they train (a deadline).
+                # A run on one node emulates every actor as a node of its own: every worker-shard
+                # pair gets the between-node link figures (docs/network.md); on a cluster a worker
+                # and a shard on one node get the same_node figures.
+                multi_node = sum(1 for n in cluster if n.cpus > 0) > 1
                 hosts = [host_cls.options(max_concurrency=2, **restart, **slots.worker_options(g[0])).remote(
-                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state)
+                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state,
+                             multi_node=multi_node)
                          for g in groups]
                 identities = _get_fail_fast([a.ready.remote() for a in servers + hosts + clocks],
                                             until)[:len(servers + hosts)]

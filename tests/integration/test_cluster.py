@@ -92,6 +92,23 @@ def test_strict_spread_puts_one_worker_per_node(cluster):
     assert sum(out.worker_steps) == NODES * cfg.steps
 
 
+def test_a_worker_on_its_shards_node_takes_the_same_node_link_the_others_the_network(cluster):
+    """One worker per node and one shard: the worker beside the shard gets the same_node figures
+    (a 30 ms latency), the other two the network's (100 Mbit: ~1.3 ms for 16 KiB, no latency)."""
+    cfg = expand(make_spec(workers=NODES, servers=1, placement={"strategy": "strict_spread"},
+                           network={"bandwidth": "100Mbit", "same_node": {"latency": "30ms"}}))[0]
+    out = run_config(cfg, 0, "run-links")
+    shard_node = out.nodes["server-0"]["node"]
+    near = [i for i in range(NODES) if out.nodes[f"worker-{i}"]["node"] == shard_node]
+    assert len(near) == 1
+    ev = pd.DataFrame(out.columns)
+    pushes = {i: ev[(ev.actor == f"worker-{i}") & (ev.phase == "push")].duration_ns / 1e9 for i in range(NODES)}
+    assert pushes[near[0]].min() >= 0.03
+    for i in set(range(NODES)) - set(near):
+        assert pushes[i].median() < 0.03
+    assert len(ev[ev.phase == "link_in"]) == NODES * cfg.steps
+
+
 def test_servers_own_node_keeps_workers_off_it(cluster):
     cfg = expand(make_spec(workers=4, servers=2, placement={"strategy": "spread", "servers_own_node": True}))[0]
     out = run_config(cfg, 0, "run-own")

@@ -138,3 +138,11 @@ def test_calibration_measures_per_call_curves_across_sizes_and_shards(ray_local,
         assert costs.worker_push_s.at(SIZES_BYTES[-1]) > costs.worker_push_s.at(SIZES_BYTES[0])
         assert costs.apply_s.points[-1][1] > costs.apply_s.points[0][1]
     assert profile.reference_curves is not None and len(profile.reference_curves.copy_s.points) == len(SIZES_BYTES)
+
+
+def test_calibration_measures_the_init_call_to_several_processes(ray_local, cache_dir):
+    profile, _, _ = calibrate(with_disk=False, quick=True)
+    fanout = profile.init_fanout_s_by_actors
+    assert sorted(fanout) == [2, 4]  # the quick start-up counts
+    assert all(0 < s < 1 for s in fanout.values())
+    assert profile.init_call_s is not None and profile.init_call_s > 0

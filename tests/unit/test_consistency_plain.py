@@ -49,8 +49,8 @@ class CapturingClient(LocalServerClient):
         super().__init__(servers)
         self.pulls = []
 
-    def push_pull_at(self, slices, worker, step, versions, version):
-        out = super().push_pull_at(slices, worker, step, versions, version)
+    def push_pull_at(self, slices, worker, step, versions, version, during=None):
+        out = super().push_pull_at(slices, worker, step, versions, version, during)
         self.pulls.append((version, np.concatenate([p for _, p, _, _ in out]).copy()))
         return out
 

@@ -1,0 +1,51 @@
+"""The init phase with nothing to read: the driver's call to every worker process, which grows
+with the processes (calibrated fan-out curve), and the model's count of those processes."""
+
+import pytest
+
+from testbed.emulation.hosting import group_workers, process_count, requested_workers_per_process
+from testbed.model.terms import init_call_s, init_seconds, worker_processes
+from tests.factories import profile, run_config
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 7, 9, 16, 31, 64])
+@pytest.mark.parametrize("cores", [1, 2, 8])
+@pytest.mark.parametrize("requested", [None, 1, 3])
+def test_process_count_matches_the_runners_grouping_on_one_node(workers, cores, requested):
+    groups = group_workers(["n"] * workers, {"n": cores}, requested)
+    assert process_count(workers, 1, cores, requested) == len(groups)
+
+
+def test_process_count_over_nodes_matches_even_spread():
+    nodes = ["a", "b", "c"] * 4 + ["a"]  # 13 workers: 5, 4, 4
+    groups = group_workers(nodes, {"a": 2, "b": 2, "c": 2}, None)
+    assert process_count(13, 3, 2, None) == len(groups)
+
+
+def test_spin_and_matmul_get_a_process_each_sleep_is_grouped():
+    assert requested_workers_per_process("spin", None) == 1
+    assert requested_workers_per_process("matmul", None) == 1
+    assert requested_workers_per_process("sleep", None) is None
+    assert requested_workers_per_process("spin", 4) == 4
+    p = profile(cores_per_node=2)
+    assert worker_processes(run_config(compute={"mode": "spin", "seconds": "1ms"}), p, 31) == 31
+    assert worker_processes(run_config(), p, 31) == 4
+
+
+def test_init_call_grows_along_the_fanout_curve_from_the_one_worker_figure():
+    p = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005, 16: 0.0098})
+    assert init_call_s(p, 1) == 0.001
+    # the curve's own value at 1 actor (0.0015 - 0.5 ms/actor = 0.000917) is the origin
+    slope = (0.005 - 0.0015) / 6
+    assert init_call_s(p, 8) == pytest.approx(0.001 + 7 * slope)
+    at_31 = 0.0098 + 15 * (0.0098 - 0.005) / 8  # beyond the curve: along its last segment
+    assert init_call_s(p, 31) == pytest.approx(0.001 + at_31 - (0.0015 - slope))
+    assert init_call_s(profile(init_call_s=0.001), 31) == 0.001  # no curve: the one figure
+
+
+def test_init_with_no_data_set_predicts_the_call_to_every_process():
+    p = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005})
+    spin = run_config(compute={"mode": "spin", "seconds": "1ms"})
+    assert init_seconds(spin, p, 8, ideal=False) == pytest.approx(init_call_s(p, 8))
+    assert init_seconds(spin, p, 8, ideal=False) > init_seconds(run_config(), p, 8, ideal=False)
+    assert init_seconds(spin, p, 8, ideal=True) == 0.0
