@@ -99,9 +99,6 @@ class StepReadCosts:
         first = self.read_s(order, sample_bytes, pause_s)
         return first + (minibatch - 1) * self.read_s(order, sample_bytes, 0.0)
 
-    def bytes_range(self) -> tuple[float, float]:
-        return min(c.read_s.lo_bytes for c in self.curves), max(c.read_s.hi_bytes for c in self.curves)
-
 
 def coerce_step_reads(value: Optional[Any]) -> Optional[StepReadCosts]:
     """A ``StepReadCosts`` from itself, a saved dict, or None."""
