@@ -15,6 +15,8 @@ Figures (docs/model.md says which term each feeds):
 - ``flops_per_s``: float32 matmul rate inside an actor; ``cores_per_node``.
 - ``disk``: the testbed's own direct reader in the data directory, and ``disk_reference``:
   the same measurements by fio (``testbed.calibration.disk``).
+- ``step_reads``: direct reads after pauses, in an actor, as workers read their step input
+  (``testbed.calibration.reads``).
 
 A profile is cached under the user's cache folder by the identity of what was measured
 (hosts, cores, memory, CPU model, data directory); ``calibrate`` reuses a cached profile
@@ -55,8 +57,8 @@ Progress = Callable[[str], None]
 # procedure are measured again instead of reused.
 # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
 # 6: the curves are the events' plain means, tails included (costs._mean says why), and the
-# init call to k worker processes
-CALIBRATION_VERSION = 6
+# init call to k worker processes; 7: step reads after pauses (reads.py)
+CALIBRATION_VERSION = 7
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -241,7 +243,17 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             if out and Path(out) != cache:
                 save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
+        step_reads = None
+        if with_disk:
+            from testbed.calibration.reads import measure_step_reads
+            from testbed.data.dataset import check_cache_bypass
+            # In an actor, while Ray is up: a step read is a worker's, after a pause. First,
+            # before the start-up figures leave a crowd of exiting processes behind. A memory-
+            # backed data directory is refused here as the disk calibration below refuses it.
+            _, bypass = check_cache_bypass(data_dir, allow_cached=False)
+            step_reads = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass, progress=progress)
         figures = measure_ray_figures(progress, quick=quick)
+        figures["step_reads"] = step_reads
     disk = reference = None
     if with_disk:
         from testbed.calibration.disk import calibrate_disk

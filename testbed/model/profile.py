@@ -6,7 +6,9 @@ are ordinary records: every figure says where it came from (``source``).
 Schema 2 replaced schema 1's free-form ``extra`` dict by typed fields and added the
 per-call cost curves (``call_costs``, one ``CallCosts`` per calibrated shard count, and
 ``reference_curves``); ``HardwareProfile.from_dict`` still reads schema-1 files, moving
-each ``extra`` figure to its field (``migrate_v1``).
+each ``extra`` figure to its field (``migrate_v1``). Optional figures added since
+(``step_reads``, the paused-read curves) default to None, so older schema-2 files load
+unchanged and the model falls back to what it read before them.
 
 The model writes no files itself: ``save_profile`` is handed the writer (the callers pass the
 testbed's one atomic writer, ``testbed.records.atomic.atomic_write_text``).
@@ -21,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve, coerce_call_costs
+from testbed.model.reads import StepReadCosts, coerce_step_reads
 
 __all__ = ["DiskProfile", "HardwareProfile", "StepCpuLine", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION",
            "load_profile", "save_profile", "profile_text", "check_profile_machine", "migrate_v1"]
@@ -114,6 +117,9 @@ class HardwareProfile:
     # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
     call_costs: tuple[CallCosts, ...] = ()
     reference_curves: Optional[ReferenceCurves] = None  # microbenchmarks of the same paths, for reference
+    # A step's read as workers do it: direct reads after a pause, over their size (reads.py).
+    # None (profiles calibrated before it): the step read is predicted from ``disk``'s figures.
+    step_reads: Optional[StepReadCosts] = None
     # Seconds to start k actors at once, for a few k: start-up is not linear in k (each new
     # process slows the others), so setup is interpolated on this curve (``interpolate_setup_s``).
     setup_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -156,6 +162,7 @@ class HardwareProfile:
         if isinstance(self.reference_curves, dict):
             object.__setattr__(self, "reference_curves", ReferenceCurves(**self.reference_curves))
         object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
+        object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         if isinstance(self.ray_cpu_per_step_s, dict):
             object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 

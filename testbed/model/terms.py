@@ -145,21 +145,40 @@ def steps_per_worker(config: Any, workers: float) -> float:
     return w.epochs * w.dataset_bytes / w.sample_bytes / w.minibatch / workers
 
 
-def _read_terms(config: Any, profile: HardwareProfile) -> tuple[float, tuple[float, ...]]:
+def _read_terms(config: Any, profile: HardwareProfile, pause_s: float = 0.0) -> tuple[float, tuple[float, ...]]:
+    """r (one step's input read, alone on the disk) and the disk's rate multipliers B(j) / B(1).
+
+    With paused-read curves (``profile.step_reads``): the calibrated mean of a step's read
+    after ``pause_s``, the rest of the step (a worker reads after its compute, push and pull,
+    and a read after a pause costs more than one in a tight loop; reads.py). Without them
+    (older profiles): the bytes at the single-stream bandwidth, or the I/Os at the random IOPS."""
     mode = _value(config.data.step_reads)
     if mode == "none" or config.workload.dataset_bytes <= 0:
         return 0.0, (1.0,)
-    disk = _need_disk(profile, f"data.step_reads is {mode!r}")
-    nbytes = config.workload.minibatch * config.workload.sample_bytes
-    single = disk.single_stream_bytes_per_s
+    disk = _need_disk(profile, f"data.step_reads is {mode!r}") if profile.step_reads is None else profile.disk
+    sample, minibatch = config.workload.sample_bytes, config.workload.minibatch
+
+    def alphas() -> tuple[float, ...]:
+        if disk is None:
+            return (1.0,)
+        single = disk.single_stream_bytes_per_s
+        return tuple(disk.aggregate_bandwidth(j) / single for j in range(1, max(disk.seq_read_bytes_per_s) + 1))
+    if profile.step_reads is not None:
+        read_s = profile.step_reads.step_read_s(mode, sample, minibatch, pause_s)
+        return read_s, (1.0,) if mode == "random" else alphas()
     if mode == "random" and disk.rand_read_iops:
         # The largest measured block not above a sample; a sample is read in whole blocks.
         sizes = sorted(disk.rand_read_iops)
-        block = max([b for b in sizes if b <= config.workload.sample_bytes], default=sizes[0])
-        ios = config.workload.minibatch * math.ceil(config.workload.sample_bytes / block)
-        return ios / disk.rand_read_iops[block], (1.0,)
-    top = max(disk.seq_read_bytes_per_s)
-    return nbytes / single, tuple(disk.aggregate_bandwidth(j) / single for j in range(1, top + 1))
+        block = max([b for b in sizes if b <= sample], default=sizes[0])
+        return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], (1.0,)
+    return minibatch * sample / disk.single_stream_bytes_per_s, alphas()
+
+
+def _read_pause_s(compute_s: float, calls: dict[str, Any], pull_every: int) -> float:
+    """What comes between two of a worker's step reads, alone: the rest of its step (compute,
+    the untimed gradient work, the push and the pull every k steps)."""
+    return (compute_s + calls["worker_extra_s"] + calls["push_transfer_s"] + calls["push_service_s"]
+            + (calls["pull_transfer_s"] + calls["pull_service_s"]) / pull_every)
 
 
 def _compute_s(config: Any, profile: HardwareProfile) -> float:
@@ -279,12 +298,13 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     """Reduce a run config (``RunConfig`` or ``ConfigFields``) and a profile to ``StepTerms``."""
     costs = profile.call_costs_for(config.servers)
     calls = _curve_terms(config, profile, costs) if costs is not None else _scalar_terms(config, profile)
-    read_s, read_alphas = _read_terms(config, profile)
+    compute_s = _compute_s(config, profile)
+    read_s, read_alphas = _read_terms(config, profile, _read_pause_s(compute_s, calls, config.pull_every))
     mode = _value(config.compute.mode)
     return StepTerms(
         workers=config.workers, servers=config.servers, pull_every=config.pull_every,
         sync=_value(config.sync) == "sync",
-        compute_s=_compute_s(config, profile), compute_on_cpu=mode == "matmul",
+        compute_s=compute_s, compute_on_cpu=mode == "matmul",
         jitter_distribution=_value(config.compute.jitter.distribution), jitter_cv=float(config.compute.jitter.cv),
         read_s=read_s, read_rate_multipliers=read_alphas,
         cores=profile.cores_per_node * node_count(profile),

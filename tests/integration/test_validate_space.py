@@ -84,3 +84,12 @@ def test_a_sampled_run_is_not_resumed(sampled):
     code = main(["run", "--resume", str(folder.path)])
     assert code == 2
     assert json.loads((folder.path / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_the_calibrated_profile_has_paused_read_curves(sampled):
+    from testbed.calibration.reads import QUICK_PAUSES_S
+    from testbed.model.profile import load_profile
+    folder, _ = sampled
+    reads = load_profile(folder.path / "profile.json").step_reads
+    assert reads is not None and reads.orders() == ("random", "sequential")
+    assert sorted({c.pause_s for c in reads.curves}) == [0.0, *QUICK_PAUSES_S]

@@ -1,0 +1,130 @@
+"""The step-read probe: one actor reads minibatches the way a worker reads its step input,
+with a pause between reads like a step's compute, and times each read.
+
+A worker's step read comes after the rest of the previous step (its compute, 5 to 100 ms,
+then the push and the pull), not right after another read. On a virtual disk, and with a
+CPU that dozes off in the pause, a direct read after a pause costs several times one in a
+tight loop (docs/model.md, "Step reads"), so the model's read term is calibrated here, in
+an actor, with pauses, on the same reader the workers use (``StepReader`` over a
+``DirectReader``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["ReadProbe", "paused_reads_s", "PAUSE_KINDS"]
+
+PAUSE_KINDS = ("sleep", "spin")
+
+
+def _spin(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def paused_reads_s(path: str, file_bytes: int, order: str, sample_bytes: int, minibatch: int, repeats: int,
+                   pause_s: float, pause_kind: str = "sleep", block_bytes: int = 2**20, seed: int = 0,
+                   cache_bypass: bool = True, warmup: int = 2) -> list[float]:
+    """Seconds of each of ``repeats`` step reads of ``minibatch`` samples of ``sample_bytes``
+    from the file at ``path`` (``order`` sequential or random, as ``StepReader`` reads them),
+    each after a pause of ``pause_s`` (``sleep``: the CPU idles; ``spin``: it is busy). The
+    first ``warmup`` reads (opening the file, touching the buffer) are left out."""
+    from testbed.data.diskio import DirectReader, StepReader
+
+    if pause_kind not in PAUSE_KINDS:
+        raise ValueError(f"pause_kind must be one of {PAUSE_KINDS}, got {pause_kind!r}")
+    pause = time.sleep if pause_kind == "sleep" else _spin
+    rng = np.random.default_rng([seed, sample_bytes, minibatch])
+    reader = StepReader([(path, file_bytes)], sample_bytes, minibatch, order, rng,
+                        DirectReader(block_bytes, cache_bypass))
+    out = []
+    clock = time.perf_counter
+    try:
+        for i in range(repeats + warmup):
+            if pause_s > 0:
+                pause(pause_s)
+            t0 = clock()
+            reader.read_step()
+            if i >= warmup:
+                out.append(clock() - t0)
+    finally:
+        reader.close()
+    return out
+
+
+class ReadProbe:
+    """An actor that times step reads after pauses on this node (``paused_reads_s``)."""
+
+    def reads_s(self, path: str, file_bytes: int, order: str, sample_bytes: int, minibatch: int, repeats: int,
+                pause_s: float, pause_kind: str = "sleep", block_bytes: int = 2**20, seed: int = 0,
+                cache_bypass: bool = True) -> list[float]:
+        return paused_reads_s(path, file_bytes, order, sample_bytes, minibatch, repeats, pause_s, pause_kind,
+                              block_bytes, seed, cache_bypass)
+
+    def sweep_s(self, directory: str, file_bytes: int, hot_cells: list[tuple[str, int]],
+                paused_cells: list[tuple[str, int, float]], hot_repeats: int, rounds: int, block_bytes: int = 2**20,
+                cache_bypass: bool = True, pause_kind: str = "sleep",
+                passes: int = 2) -> tuple[list[list[float]], list[list[float]], str]:
+        """Seconds of single reads from a file of ``file_bytes`` written in ``directory`` (as a
+        data-set file: synced, dropped from the page cache) and removed afterwards:
+
+        - for each hot cell ``(order, bytes)``, ``hot_repeats`` reads back to back (a stream,
+          as the samples of a random minibatch follow each other);
+        - for each paused cell ``(order, bytes, pause_s)``, ``rounds`` reads, each after its
+          pause, in runs of ``rounds / passes`` in a row, as a worker's steps come. Each run's
+          first two reads are left out; the passes go over the cells in turn, forwards then
+          backwards, so that a burst of load elsewhere on the machine falls on several cells.
+
+        Also returns how the file was read (``DirectReader.mode``: ``o_direct``, ``fadvise``
+        or ``cached``)."""
+        import os
+        from pathlib import Path
+
+        from testbed.data.dataset import write_random_file
+        from testbed.data.diskio import DirectReader, StepReader
+
+        pause = time.sleep if pause_kind == "sleep" else _spin
+        path = Path(directory) / f".calibrate-reads-{os.getpid()}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readers: dict[tuple[str, int], StepReader] = {}
+        mode = "o_direct" if cache_bypass else "cached"
+        clock = time.perf_counter
+        try:
+            write_random_file(path, file_bytes, seed=file_bytes + 1)
+            for order, nbytes in [*hot_cells, *((o, n) for o, n, _ in paused_cells)]:
+                if (order, nbytes) not in readers:
+                    direct = DirectReader(block_bytes, cache_bypass)
+                    readers[order, nbytes] = StepReader([(str(path), file_bytes)], nbytes, 1, order,
+                                                        np.random.default_rng([len(readers), nbytes]), direct)
+                    readers[order, nbytes].read_step()  # opens the file, touches the buffer
+                    mode = direct.mode
+            hot: list[list[float]] = []
+            for key in hot_cells:
+                reader, xs = readers[tuple(key)], []
+                for _ in range(hot_repeats + 2):
+                    t0 = clock()
+                    reader.read_step()
+                    xs.append(clock() - t0)
+                hot.append(xs[2:])  # the stream's first reads come after whatever came before
+            paused: list[list[float]] = [[] for _ in paused_cells]
+            per_run = max(1, -(-rounds // passes))
+            for n in range(passes):
+                order_of_cells = list(enumerate(paused_cells))
+                for k, (order, nbytes, pause_s) in order_of_cells[::-1] if n % 2 else order_of_cells:
+                    reader = readers[order, nbytes]
+                    for i in range(per_run + 2):
+                        pause(pause_s)
+                        t0 = clock()
+                        reader.read_step()
+                        if i >= 2:
+                            paused[k].append(clock() - t0)
+            return hot, paused, mode
+        finally:
+            for r in readers.values():
+                r.close()
+            path.unlink(missing_ok=True)

@@ -1,0 +1,113 @@
+"""Step-read calibration: direct reads after a pause, as a worker reads its step input.
+
+The disk's bandwidth and IOPS (``testbed.calibration.disk``) are measured back to back, the
+way init reads; a worker's step read comes after the rest of its step, and on a virtual disk
+a read after an idle pause costs several times one in a tight loop (docs/model.md, "Step
+reads"). So one actor (``actors.readprobe.ReadProbe``, the workers' own ``StepReader``)
+writes a file in the data directory and measures, sequentially and at random:
+
+- the read back to back, at each size of ``SIZES_BYTES`` (a stream of ``HOT_REPEATS``);
+- the read of ``PAUSED_BYTES`` after a sleep of each pause of ``PAUSES_S`` (``ROUNDS``
+  reads, in runs of steady pauses as a worker's steps come: see ``ReadProbe.sweep_s``).
+
+A read after a pause cost its back-to-back time plus a wake-up that depends on the pause
+and hardly on the size (on a quiet 2-core VM, sequential: +27, +45, +92 us at 5, 20, 100 ms
+for 4 KiB, +29, +59, +95 us for 1 MiB). So each pause's curve is the back-to-back curve
+shifted by the wake-up measured at the small size: the pauses, where the time goes, get
+every round of the budget, and the sizes cost almost nothing.
+
+Means, not trimmed means or medians: the model predicts a read's mean, and a read after a
+pause has a long tail (a read preempted for a few ms is part of what a worker's read costs on
+a shared machine). The mean of 30 such reads is noisy, so the wake-ups are then made
+non-decreasing in the pause (``monotone_in_pause``). ``step_reads_from_sweep`` is pure;
+``measure_step_reads`` needs Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+from testbed.model.reads import READ_ORDERS, StepReadCosts, paused_curves
+
+__all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "sweep_cells",
+           "step_reads_from_sweep", "monotone_in_pause", "measure_step_reads"]
+
+KIB, MIB = 2**10, 2**20
+# A 4 KiB sample, a small minibatch and a reader's block (16 times apart): a step's read lies
+# between them, and beyond them grows along the end segment (a block at a time).
+SIZES_BYTES = (4 * KIB, 64 * KIB, 1 * MIB)
+PAUSED_BYTES = 4 * KIB
+# Pauses up to the longest compute of the validation space (beyond it the curve stays flat).
+PAUSES_S = (0.005, 0.02, 0.1)
+QUICK_PAUSES_S = (0.02,)
+FILE_BYTES = 64 * MIB
+HOT_REPEATS = 40
+ROUNDS, QUICK_ROUNDS = 30, 6  # 30 reads after each of 2 x 125 ms of pauses, and warm-ups: 8.5 s
+
+
+def sweep_cells(pauses_s: Sequence[float] = PAUSES_S) -> tuple[list[tuple[str, int]], list[tuple[str, int, float]]]:
+    """The back-to-back cells (order, bytes) and the paused cells (order, bytes, pause)."""
+    hot = [(order, n) for order in READ_ORDERS for n in SIZES_BYTES]
+    paused = [(order, PAUSED_BYTES, p) for order in READ_ORDERS for p in pauses_s]
+    return hot, paused
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def monotone_in_pause(points: Sequence[tuple[float, float, int]]) -> list[float]:
+    """Wake-ups ``(pause, seconds, reads)`` made non-decreasing in the pause by pooling adjacent
+    violators (weighted by their reads): a longer pause never found the disk more awake in the
+    steady runs measured (docs/model.md), so a mean that says otherwise has a tail read too
+    many (one read of 2.6 ms among 30 adds 80 us to their mean), and its neighbours share it.
+    Returns the seconds in pause order."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, count of points]
+    for _, seconds, reads in sorted(points):
+        blocks.append([seconds * reads, float(reads), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, weight, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += weight
+            blocks[-1][2] += count
+    return [total / weight for total, weight, count in blocks for _ in range(int(count))]
+
+
+def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[Sequence[float]],
+                          paused_cells: Sequence[tuple[str, int, float]], paused_s: Sequence[Sequence[float]], *,
+                          block_bytes: int, directory: str, pause_kind: str = "sleep",
+                          source: str = "testbed-reader in an actor") -> StepReadCosts:
+    """The paused-read curves from the sweep's seconds (see the module doc): per order, the
+    back-to-back means (pause 0) and, per pause, those means plus the wake-up measured at the
+    paused size (its paused mean less its back-to-back mean, never below 0, and never smaller
+    after a longer pause: ``monotone_in_pause``)."""
+    hot = {(order, n): _mean(xs) for (order, n), xs in zip(hot_cells, hot_s) if xs}
+    rows = [(order, 0.0, n, t) for (order, n), t in hot.items()]
+    for order in READ_ORDERS:
+        wakes = [(pause, max(0.0, _mean(xs) - hot[o, n]), len(xs))
+                 for (o, n, pause), xs in zip(paused_cells, paused_s) if o == order and xs and (o, n) in hot]
+        for (pause, _, _), wake in zip(sorted(wakes), monotone_in_pause(wakes)):
+            rows += [(o, pause, size, t + wake) for (o, size), t in hot.items() if o == order]
+    return StepReadCosts(paused_curves(rows), block_bytes=block_bytes, pause_kind=pause_kind,
+                         directory=directory, source=source)
+
+
+def measure_step_reads(directory: str, *, quick: bool = False, block_bytes: int = MIB, cache_bypass: bool = True,
+                       progress: Callable[[str], None] = lambda s: None) -> StepReadCosts:
+    """Run the sweep in an actor on the Ray this process is connected to (about 9 s; 2 s quick)."""
+    import ray
+
+    from actors.readprobe import ReadProbe
+
+    hot_cells, paused_cells = sweep_cells(QUICK_PAUSES_S if quick else PAUSES_S)
+    progress("step reads after pauses")
+    probe = ray.remote(ReadProbe).options(num_cpus=0).remote()
+    try:
+        hot_s, paused_s, mode = ray.get(probe.sweep_s.remote(os.path.expanduser(directory), FILE_BYTES, hot_cells,
+                                                       paused_cells, HOT_REPEATS, QUICK_ROUNDS if quick else ROUNDS,
+                                                       block_bytes, cache_bypass))
+    finally:
+        ray.kill(probe)
+    return step_reads_from_sweep(hot_cells, hot_s, paused_cells, paused_s, block_bytes=block_bytes,
+                                 directory=str(directory), source=f"testbed-reader in an actor ({mode})")
