@@ -200,15 +200,20 @@ def test_one_worker_whose_cpu_exceeds_its_whole_step_is_still_predicted_as_calib
     assert many.step_s >= 16 * step_terms(config(), profile(heavy)).cpu_demand_s / 2 * 0.999
 
 
-def test_worker_figures_grow_linearly_in_the_shards_beyond_the_calibrated_counts():
-    # 1 shard: a push of 4 MiB costs c; 2 shards: 1.5 c (one more call). 4 shards: 2.5 c.
+def test_worker_figures_grow_by_a_calls_fixed_cost_per_shard_beyond_the_calibrated_counts():
+    # 1 shard: a push of 4 MiB costs c; 2 shards: 1.5 c. Beyond 2, each shard more adds the
+    # step between 1 and 2 shards read at the smallest size (one call's fixed part), not the
+    # step at 4 MiB: the bytes are M in all, however many shards share them.
     one, two = costs(1), costs(2, push_factor=lambda b: 1.5)
     p = profile(one, two)
     c = one.worker_push_s.at(4 * MIB)
+    small = one.worker_push_s.lo_bytes
+    per_call = 0.5 * one.worker_push_s.at(small)
     t = {s: step_terms(config(servers=s), p) for s in (1, 2, 4)}
     push = {s: t[s].push_transfer_s + t[s].push_service_s for s in t}
     assert push[1] == pytest.approx(c) and push[2] == pytest.approx(1.5 * c)
-    assert push[4] == pytest.approx(2.5 * c)
+    assert push[4] == pytest.approx(1.5 * c + 2 * per_call)
+    assert push[4] < 2.5 * c
     # a figure that does not grow with S is not made to shrink beyond the calibrated counts
     flat = profile(costs(1, push_factor=lambda b: 1.2), costs(2))
     assert step_terms(config(servers=4), flat).worker_cpu_s == pytest.approx(step_terms(config(servers=2), flat)
