@@ -183,22 +183,12 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     stretch = (transfer_delay + r_rpc) / own if own > 0 else np.ones(n.size)
     visits = 1.0 + 1.0 / t.pull_every  # pushes and pulls per step at a shard
     wait = np.maximum(0.0, (r_server - d) / visits)
-    if t.jitter_cv == 0 and not t.read_s:
-        # Lockstep: with compute of exactly the same length, workers that start together
-        # stay together; every step their N pushes reach a shard at once (and each pull
-        # waits behind the others' applies), as in sync mode, so a step takes the lone
-        # worker's step plus (N - 1) / 2 services per visit. MVA's random arrivals miss
-        # this below saturation; in saturation MVA is right. Take the longer of the two.
-        burst_push = (n - 1) / 2.0 * t.push_service_s
-        burst_pull = (n - 1) / 2.0 * t.apply_s / t.pull_every
-        # The links are left to MVA: equal transfers that share a link from staggered starts
-        # finish at spread-out times, so the lock step does not survive a link that binds (the
-        # simulated family shows the steps settling near MVA's N (M/S) / B, not a burst's 2 N).
-        burst = float(step[0]) + burst_push + burst_pull
-        lock = burst > step
-        step = np.where(lock, burst, step)
-        wait = np.where(lock, burst_push, wait)
-        r_server = np.where(lock, d + burst_push + burst_pull, r_server)
+    # No lockstep burst: an earlier version took, without jitter, the longer of MVA and a step
+    # in which all N pushes reach a shard at once. Held-out draws showed it right for the wrong
+    # reasons: it "helped" only spin configs that miss by 30-45% for their CPU contention, and
+    # where lockstep was the only effect (sleep compute, an emulated apply under the lock) it
+    # over-predicted train by 14-78% against MVA's 2-22% (paper_cntk): after the first step the
+    # workers settle into a staggered order, as the simulated family shows (docs/model.md).
     share = {Bound.DISK: r_disk, Bound.COMPUTE: r_compute,
              Bound.NETWORK: t.transfer_s * stretch + link_push + link_pull / k, Bound.SERVER: r_server}
     utilization = {Bound.SERVER: res.utilization("server")[1:]}

@@ -71,8 +71,10 @@ def test_one_worker_pays_m_over_b_plus_latency_per_push_and_pull(family, sync, l
 def test_latency_alone_adds_it_to_push_and_to_a_due_pull(family):
     base = predict(config(workers=2, pull_every=2), PROFILE, family)
     shaped = predict(config(workers=2, pull_every=2, network={"latency": "5ms"}), PROFILE, family)
-    assert shaped.push_s - base.push_s == pytest.approx(0.005, rel=0.05)
-    assert shaped.pull_s - base.pull_s == pytest.approx(0.005, rel=0.05)
+    # +L on each, less what the longer cycle takes off the shard's queue (MVA: the two workers
+    # then meet at the shard less often); never more than L
+    for phase in ("push_s", "pull_s"):
+        assert 0.85 * 0.005 <= getattr(shaped, phase) - getattr(base, phase) <= 1.01 * 0.005
 
 
 @pytest.mark.parametrize("family", [ModelFamily.INITIAL, ModelFamily.UPDATED])
