@@ -201,7 +201,7 @@ def _steps(nbytes: int, quick: bool) -> int:
     # Enough events that a tail paid by one call in ten shows in the mean (``_mean``): a run's
     # cost is mostly its actors' start-up, so the steps are cheap.
     steps = 60 if nbytes <= 512 * KIB else (40 if nbytes <= 8 * MIB else 32)
-    return max(8, steps // 2) if quick else steps
+    return max(8, steps // 4) if quick else steps
 
 
 def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int) -> RunPoint:
