@@ -60,11 +60,31 @@ def _disk_rows(label: str, disk: DiskProfile) -> list[tuple[str, str]]:
     return rows + [(f"{label} figures from", f"{disk.source} ({disk.fs_type or '?'})")]
 
 
+def _is_points(value: Any) -> bool:
+    return (isinstance(value, tuple) and bool(value)
+            and all(isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in value))
+
+
+def _curve_text(name: str, points: tuple) -> str:
+    """A (bytes, value) curve on one line: ``4 KiB: 1.5 ms; 64 KiB: 1.8 ms; ...``."""
+    return "; ".join(f"{format_bytes(b)}: {format_figure(name, v)}" for b, v in points)
+
+
+def _first_field(record: Any) -> str:
+    """What tells the records of a tuple apart (``shards=1``; ``order=random, pause_s=0.02``)."""
+    fields = [f for f in dataclasses.fields(record) if isinstance(getattr(record, f.name), (int, float, str))]
+    return ", ".join(f"{f.name}={getattr(record, f.name)}" for f in fields[:2])
+
+
 def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
     if value is None or (isinstance(value, dict) and not value):
         return []  # not measured (one node: no remote bandwidth; --no-disk: no disk)
     if isinstance(value, DiskProfile):
         return _disk_rows(label, value)
+    if dataclasses.is_dataclass(value) and _is_points(getattr(value, "points", None)):  # a size curve
+        return [(label, _curve_text(name, value.points))]
+    if isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):  # one record per key
+        return [row for v in value for row in _rows(name, v, f"{label} [{_first_field(v)}]")]
     if dataclasses.is_dataclass(value):  # a record of figures inside the profile
         return [row for f in dataclasses.fields(value)
                 for row in _rows(f.name, getattr(value, f.name), f"{label}: {_LABELS.get(f.name, f.name)}")]
