@@ -237,3 +237,15 @@ def test_cpu_bound_compute_gets_a_process_per_worker_unless_the_spec_says_otherw
     assert _workers_per_process(config(workers=8)) is None  # sleep: chosen per node
     assert _workers_per_process(config(workers=8, workers_per_process=4,
                                        compute={"mode": "spin", "seconds": "1ms"})) == 4
+
+
+def test_the_threads_of_hosted_workers_start_before_init():
+    cfg = config(workers=5)
+    workers, processes = processes_of(cfg, shards_for(cfg), per_process=5)
+    host = processes[0]
+    assert len(host._pool._threads) == 0  # a pool starts its threads lazily
+    assert host.start_threads() == 5
+    threads = set(host._pool._threads)
+    host.each("init")
+    assert set(host._pool._threads) == threads  # init started none
+    assert VirtualWorkers(workers[:1]).start_threads() == 0  # one worker runs inline
