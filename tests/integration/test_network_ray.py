@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from testbed.bench.network import busy_union_s
 from testbed.config.spec import expand, parse_spec
 from testbed.runner.run import run_config
 
@@ -28,18 +29,6 @@ def config(**fields):
 
 def events(cfg):
     return pd.DataFrame(run_config(cfg, 0, "net-test").columns)
-
-
-def busy_union_s(starts_ns, durations_ns):
-    """Seconds during which at least one of the intervals is under way."""
-    busy, end = 0, None
-    for s, d in sorted(zip(starts_ns, durations_ns)):
-        e = s + d
-        if end is None or s > end:
-            busy, end = busy + d, e
-        elif e > end:
-            busy, end = busy + e - end, e
-    return busy / 1e9
 
 
 @pytest.fixture(scope="module")
