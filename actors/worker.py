@@ -116,23 +116,28 @@ class RayServerClient:
             during()
         return ray.get(refs)
 
+    def _near(self) -> list[tuple]:
+        """The extra argument of each shard's call: ``(near,)`` when some shard is near (a
+        multi-node run with shaped links), else nothing (one argument less to serialise)."""
+        return [(n,) for n in self.near] if any(self.near) else [()] * len(self.handles)
+
     def push(self, slices, worker, step, versions, during=None):
-        return self._wait([h.push.remote(g, worker, step, v, n)
-                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
+        return self._wait([h.push.remote(g, worker, step, v, *n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self._near())], during)
 
     def pull(self, step=-1, during=None):
-        return self._wait([h.pull.remote(step, n) for h, n in zip(self.handles, self.near)], during)
+        return self._wait([h.pull.remote(step, *n) for h, n in zip(self.handles, self._near())], during)
 
     def pull_at(self, version):
-        return self._wait([h.pull_at.remote(version, n) for h, n in zip(self.handles, self.near)], None)
+        return self._wait([h.pull_at.remote(version, *n) for h, n in zip(self.handles, self._near())], None)
 
     def push_pull(self, slices, worker, step, versions, during=None):
-        return self._wait([h.push_pull.remote(g, worker, step, v, n)
-                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
+        return self._wait([h.push_pull.remote(g, worker, step, v, *n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self._near())], during)
 
     def push_pull_at(self, slices, worker, step, versions, version, during=None):
-        return self._wait([h.push_pull_at.remote(g, worker, step, v, version, n)
-                           for h, g, v, n in zip(self.handles, slices, versions, self.near)], during)
+        return self._wait([h.push_pull_at.remote(g, worker, step, v, version, *n)
+                           for h, g, v, n in zip(self.handles, slices, versions, self._near())], during)
 
 
 class RayClockClient:
