@@ -65,6 +65,6 @@ def run(quick: bool = False) -> Figure:
     raw = measure(1024, 100, 1 if quick else 3)
     checks = (Check("CPU seconds per 1024x100 simulation", raw["cpu_s"], TARGET_S, "<=", "s"),
               Check("events per CPU second", raw["events_per_s"], raw["events"] / TARGET_S, ">=", "ev/s"))
-    return Figure("simulate", "8. simulated model: 1024 workers x 100 steps", checks, raw, load, date,
+    return Figure("simulate", "10. simulated model: 1024 workers x 100 steps", checks, raw, load, date,
                   note=f"{raw['events']} SimPy events; wall {raw['wall_s']:.2f} s (the machine's load included); "
                        "events/s target: what the time target needs", quick=quick)
