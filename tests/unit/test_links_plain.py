@@ -123,3 +123,32 @@ def test_worker_has_no_link_when_unshaped_or_latency_only():
     client = LocalServerClient([])
     assert Worker(config(), 0, client, rec("worker-0", "worker")).link is None
     assert Worker(config(network={"latency": "1ms"}), 0, client, rec("worker-0", "worker")).link is None
+
+
+class FakeHandle:
+    """A shard handle whose calls record their arguments (no Ray)."""
+
+    def __init__(self):
+        self.calls = []
+        self.push = self.pull = self.push_pull = self
+
+    def remote(self, *args):
+        self.calls.append(args)
+        return args
+
+
+def test_ray_client_passes_near_only_when_some_shard_is_near(monkeypatch):
+    import sys
+    import types
+
+    from actors.worker import RayServerClient
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=lambda refs: refs))
+    g = np.ones(4, np.float32)
+    far = RayServerClient([FakeHandle(), FakeHandle()])
+    far.push([g, g], 0, 3, [0, 0])
+    assert [len(h.calls[0]) for h in far.handles] == [4, 4]  # no near argument to serialise
+    mixed = RayServerClient([FakeHandle(), FakeHandle()], near=[True, False])
+    mixed.push([g, g], 0, 3, [0, 0])
+    mixed.pull(step=3)
+    assert [h.calls[0][-1] for h in mixed.handles] == [True, False]
+    assert [h.calls[1] for h in mixed.handles] == [(3, True), (3, False)]
