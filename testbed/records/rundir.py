@@ -112,6 +112,16 @@ def _read_journal(path: Path) -> list[Finished]:
     return out
 
 
+def _acquire(path: Path) -> FolderLock:
+    """The folder's writer lock, held by this process; refuses in one line when another holds it."""
+    lock = FolderLock(path)
+    try:
+        lock.acquire()
+    except FolderBusy:
+        raise _busy(path) from None
+    return lock
+
+
 def _busy(path: Path) -> UserError:
     """The one line refusing a second writer, naming the owner when the manifest says who."""
     try:
@@ -177,11 +187,7 @@ class RunFolder:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UserError(f"cannot create the run folder {path}: {err.strerror or err}") from None
-        lock = FolderLock(path)
-        try:
-            lock.acquire()
-        except FolderBusy:
-            raise _busy(path) from None
+        lock = _acquire(path)
         try:
             check_out_path(path)  # again, under the lock: two runs given the same --out at once
             (path / EVENTS_DIR).mkdir(exist_ok=True)
@@ -205,11 +211,7 @@ class RunFolder:
         removes what a killed writer left (temporary files, events no entry lists)."""
         path = Path(path)
         folder = cls.open(path)
-        lock = FolderLock(path)
-        try:
-            lock.acquire()
-        except FolderBusy:
-            raise _busy(path) from None
+        lock = _acquire(path)
         try:
             folder = cls.open(path)  # again, under the lock: the last writer may just have ended
             folder._lock = lock
