@@ -128,7 +128,7 @@ class WorkerHost:
         # Which shards share this node (their transfers take the same_node link); asked here, not
         # in ready(), so that a process Ray restarts after a fault knows it too.
         self._near = [False] * len(self._handles)
-        if multi_node and (cfg.network.shaped or cfg.network.same_node.shaped):
+        if multi_node and cfg.network.shapes_anything:
             import ray
             shards = ray.get([h.ready.remote() for h in self._handles])
             self._near = [s["node"] == self.identity["node"] for s in shards]

@@ -186,8 +186,7 @@ class Worker:
 
     def _far_bytes(self, slices: Sequence[np.ndarray]) -> int:
         """Bytes of ``slices`` going to shards on other nodes (those cross the worker's link)."""
-        near = getattr(self.client, "near", None) or [False] * len(slices)
-        return sum(g.nbytes for g, n in zip(slices, near) if not n)
+        return sum(g.nbytes for g, near in zip(slices, self.client.near) if not near)
 
     def _during(self, slices: Sequence[np.ndarray], send: bool, receive: bool) -> During:
         """What the worker waits on its own link while a call is in flight (None when unshaped)."""

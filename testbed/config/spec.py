@@ -192,6 +192,11 @@ class Network(LinkShape):
     Default: unshaped (transfers go as fast as Ray moves them)."""
     same_node: LinkShape = LinkShape()
 
+    @property
+    def shapes_anything(self) -> bool:
+        """Some transfer is shaped: between nodes or on one node."""
+        return self.shaped or self.same_node.shaped
+
 
 class ConfigFields(_Strict):
     """The knobs of one run config; an experiment spec holds these plus name, repeats and sweep."""

@@ -208,7 +208,6 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
                         asymptotic_knee(cycle_one, bottleneck))
 
 
-
 def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     d = t.server_demand_s
     slowest = expected_max_factor(t.jitter_distribution, t.jitter_cv, n)

@@ -257,7 +257,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
                                wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state,
-                               network=cfg.network if cfg.network.shaped or cfg.network.same_node.shaped else None)
+                               network=cfg.network if cfg.network.shapes_anything else None)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]
