@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from testbed.config.units import format_bytes, format_seconds
+from testbed.model.curves import SizeCurve
 from testbed.model.profile import DiskProfile, HardwareProfile
 
 __all__ = ["profile_rows", "format_figure"]
@@ -60,17 +61,12 @@ def _disk_rows(label: str, disk: DiskProfile) -> list[tuple[str, str]]:
     return rows + [(f"{label} figures from", f"{disk.source} ({disk.fs_type or '?'})")]
 
 
-def _is_points(value: Any) -> bool:
-    return (isinstance(value, tuple) and bool(value)
-            and all(isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, (int, float)) for x in p) for p in value))
-
-
 def _curve_text(name: str, points: tuple) -> str:
     """A (bytes, value) curve on one line: ``4 KiB: 1.5 ms; 64 KiB: 1.8 ms; ...``."""
     return "; ".join(f"{format_bytes(b)}: {format_figure(name, v)}" for b, v in points)
 
 
-def _first_field(record: Any) -> str:
+def _record_key(record: Any) -> str:
     """What tells the records of a tuple apart (``shards=1``; ``order=random, pause_s=0.02``)."""
     fields = [f for f in dataclasses.fields(record) if isinstance(getattr(record, f.name), (int, float, str))]
     return ", ".join(f"{f.name}={getattr(record, f.name)}" for f in fields[:2])
@@ -81,10 +77,10 @@ def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
         return []  # not measured (one node: no remote bandwidth; --no-disk: no disk)
     if isinstance(value, DiskProfile):
         return _disk_rows(label, value)
-    if dataclasses.is_dataclass(value) and _is_points(getattr(value, "points", None)):  # a size curve
+    if isinstance(value, SizeCurve):
         return [(label, _curve_text(name, value.points))]
     if isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):  # one record per key
-        return [row for v in value for row in _rows(name, v, f"{label} [{_first_field(v)}]")]
+        return [row for v in value for row in _rows(name, v, f"{label} [{_record_key(v)}]")]
     if dataclasses.is_dataclass(value):  # a record of figures inside the profile
         return [row for f in dataclasses.fields(value)
                 for row in _rows(f.name, getattr(value, f.name), f"{label}: {_LABELS.get(f.name, f.name)}")]
