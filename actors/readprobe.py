@@ -12,19 +12,14 @@ an actor, with pauses, on the same reader the workers use (``StepReader`` over a
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import numpy as np
+
+from testbed.emulation.compute import spin
 
 __all__ = ["ReadProbe", "paused_reads_s", "PAUSE_KINDS"]
 
 PAUSE_KINDS = ("sleep", "spin")
-
-
-def _spin(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
-    end = clock() + seconds
-    while clock() < end:
-        pass
 
 
 def paused_reads_s(path: str, file_bytes: int, order: str, sample_bytes: int, minibatch: int, repeats: int,
@@ -38,7 +33,7 @@ def paused_reads_s(path: str, file_bytes: int, order: str, sample_bytes: int, mi
 
     if pause_kind not in PAUSE_KINDS:
         raise ValueError(f"pause_kind must be one of {PAUSE_KINDS}, got {pause_kind!r}")
-    pause = time.sleep if pause_kind == "sleep" else _spin
+    pause = time.sleep if pause_kind == "sleep" else spin
     rng = np.random.default_rng([seed, sample_bytes, minibatch])
     reader = StepReader([(path, file_bytes)], sample_bytes, minibatch, order, rng,
                         DirectReader(block_bytes, cache_bypass))
@@ -88,7 +83,7 @@ class ReadProbe:
         from testbed.data.dataset import write_random_file
         from testbed.data.diskio import DirectReader, StepReader
 
-        pause = time.sleep if pause_kind == "sleep" else _spin
+        pause = time.sleep if pause_kind == "sleep" else spin
         path = Path(directory) / f".calibrate-reads-{os.getpid()}.bin"
         path.parent.mkdir(parents=True, exist_ok=True)
         readers: dict[tuple[str, int], StepReader] = {}

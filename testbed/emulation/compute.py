@@ -15,8 +15,15 @@ import numpy as np
 
 from testbed.config.spec import Compute, ComputeMode, JitterDist
 
-__all__ = ["GradientSource", "ComputePlan", "ComputeEmulator", "initial_parameters", "gradient_scale",
+__all__ = ["spin", "GradientSource", "ComputePlan", "ComputeEmulator", "initial_parameters", "gradient_scale",
            "matmul_size"]
+
+
+def spin(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Busy-wait until ``seconds`` have passed on ``clock``: a core held, nothing slept."""
+    deadline = clock() + seconds
+    while clock() < deadline:
+        pass
 
 
 def gradient_scale(step: int) -> np.float32:
@@ -142,6 +149,4 @@ class ComputeEmulator:
         return duration
 
     def _spin(self, duration: float) -> None:
-        deadline = self._clock() + duration
-        while self._clock() < deadline:
-            pass
+        spin(duration, self._clock)
