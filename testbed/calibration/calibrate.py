@@ -49,6 +49,7 @@ from testbed.records.atomic import atomic_write_text
 __all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
            "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
 
+
 def profile_cache_dir() -> Path:
     """Where profiles are cached: ``$TESTBED_CACHE_DIR/profiles``, by default under ~/.cache."""
     return Path(os.environ.get("TESTBED_CACHE_DIR", "~/.cache/ddnn-testbed")).expanduser() / "profiles"
@@ -57,8 +58,9 @@ Progress = Callable[[str], None]
 # procedure are measured again instead of reused.
 # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
 # 6: the curves are the events' plain means, tails included (costs._mean says why), and the
-# init call to k worker processes; 7: step reads after pauses (reads.py)
-CALIBRATION_VERSION = 7
+# init call to k worker processes; 7: step reads after pauses (reads.py); 8: the scheduler under load
+# (scheduler.py)
+CALIBRATION_VERSION = 8
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -111,6 +113,11 @@ def reusable_profile(path: Path, identity: dict[str, Any]) -> Optional[HardwareP
     except UserError:
         return None
     return profile if profile.identity == identity else None
+
+
+def _node_cores(identity: dict[str, Any]) -> int:
+    """Cores of the smallest node (what the model takes for every node)."""
+    return max(1, int(min((n["cpus"] for n in identity["nodes"]), default=os.cpu_count() or 1)))
 
 
 def _median(xs: list[float]) -> float:
@@ -254,6 +261,8 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             step_reads = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass, progress=progress)
         figures = measure_ray_figures(progress, quick=quick)
         figures["step_reads"] = step_reads
+        from testbed.calibration.scheduler import measure_scheduler
+        figures["scheduler"] = measure_scheduler(_node_cores(identity), quick=quick, progress=progress)
     disk = reference = None
     if with_disk:
         from testbed.calibration.disk import calibrate_disk
@@ -280,7 +289,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             progress("disk (fio, for reference)")
             reference = calibrate_disk(target, file_bytes=size, runtime_s=runtime_s, max_jobs=8, method="fio",
                                        progress=progress)
-    cores = min((n["cpus"] for n in identity["nodes"]), default=os.cpu_count() or 1)
+    cores = _node_cores(identity)
     figures.pop("details")
     profile = HardwareProfile(
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),

@@ -7,8 +7,9 @@ Schema 2 replaced schema 1's free-form ``extra`` dict by typed fields and added 
 per-call cost curves (``call_costs``, one ``CallCosts`` per calibrated shard count, and
 ``reference_curves``); ``HardwareProfile.from_dict`` still reads schema-1 files, moving
 each ``extra`` figure to its field (``migrate_v1``). Optional figures added since
-(``step_reads``, the paused-read curves) default to None, so older schema-2 files load
-unchanged and the model falls back to what it read before them.
+(``step_reads``, the paused-read curves; ``scheduler``, the scheduler under load) default to
+None, so older schema-2 files load unchanged and the model falls back to what it read before
+them.
 
 The model writes no files itself: ``save_profile`` is handed the writer (the callers pass the
 testbed's one atomic writer, ``testbed.records.atomic.atomic_write_text``).
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve, coerce_call_costs
 from testbed.model.reads import StepReadCosts, coerce_step_reads
+from testbed.model.scheduler import SchedulerCosts, coerce_scheduler
 
 __all__ = ["DiskProfile", "HardwareProfile", "StepCpuLine", "interpolate_setup_s", "PROFILE_SCHEMA_VERSION",
            "load_profile", "save_profile", "profile_text", "check_profile_machine", "migrate_v1"]
@@ -127,6 +129,9 @@ class HardwareProfile:
     # answers, for a few k: the init phase with nothing to read is this call to the worker
     # processes (it grows ~0.6 ms a process here), read with ``interpolate_setup_s``.
     init_fanout_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
+    # The scheduler under load: how late a spin ends and how long a woken read waits for a core,
+    # against CPU-bound processes per core (scheduler.py). None (profiles before it): not modelled.
+    scheduler: Optional[SchedulerCosts] = None
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
 
@@ -163,6 +168,7 @@ class HardwareProfile:
             object.__setattr__(self, "reference_curves", ReferenceCurves(**self.reference_curves))
         object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
+        object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
         if isinstance(self.ray_cpu_per_step_s, dict):
             object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 

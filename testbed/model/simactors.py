@@ -76,6 +76,12 @@ class SimSpec:
     link_slice_s: float = 0.0       # (M/S) / B: a slice alone on a shard's link (0: unshaped)
     link_worker_s: float = 0.0      # M / B: a whole gradient (or the parameters) on a worker's own link
     link_latency_s: float = 0.0     # L: charged at the shard's end of every transfer, after its bytes
+    # The scheduler under load (testbed.model.scheduler), as (load, seconds) points over CPU-bound
+    # processes per core; empty: not modelled. A spin ends late by the overshoot at the load when
+    # it starts; a step read's each of ``read_ops`` blocking calls waits the wake at the load then.
+    spin_overshoot: tuple[tuple[float, float], ...] = ()
+    wake: tuple[tuple[float, float], ...] = ()
+    read_ops: int = 1
 
 
 class Node:

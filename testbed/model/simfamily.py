@@ -40,7 +40,14 @@ from testbed.model.profile import HardwareProfile, interpolate_setup_s
 from testbed.model.simactors import SimSpec
 from testbed.model.simulation import SimResult, simulate, simulate_init
 from testbed.model.stragglers import stragglers
-from testbed.model.terms import StepTerms, init_call_s, init_read_bytes, steps_per_worker, worker_processes
+from testbed.model.terms import (
+    StepTerms,
+    init_call_s,
+    init_read_bytes,
+    read_calls,
+    steps_per_worker,
+    worker_processes,
+)
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
            "CURVE_BUDGET", "CURVE_POINTS"]
@@ -104,6 +111,9 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         # the worker's own, and the latency at the shard's end.
         link_slice_s=t.links.shard_push_demand_s, link_worker_s=t.links.worker_bytes_s,
         link_latency_s=t.links.latency_s,
+        spin_overshoot=profile.scheduler.spin_overshoot_s if profile.scheduler else (),
+        wake=profile.scheduler.wake_s if profile.scheduler and t.read_s > 0 else (),
+        read_ops=read_calls(config),
     )
 
 

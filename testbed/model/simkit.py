@@ -95,6 +95,10 @@ class SharedRate:
             self._occupants -= 1
             self._reschedule()
 
+    def present(self) -> int:
+        """Jobs and occupants present now (the processes wanting the resource)."""
+        return len(self._jobs) + self._occupants
+
     def _reschedule(self) -> None:
         """The jobs' speed changed both ways: drop the pending timer and set a new one."""
         self._generation += 1

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import simpy
 
+from testbed.model.scheduler import load_curve_at
 from testbed.model.simactors import (
     APPLY,
     PULL_SERVER,
@@ -83,6 +84,11 @@ class SimWorker:
             if spec.read_s > 0:
                 with self.timed[READ]:
                     yield node.disk.serve(spec.read_s)
+                    if spec.wake:
+                        # Each blocking read call, woken, waits for a core while others hold them.
+                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.present() / spec.cores)
+                        if wait > 0:
+                            yield env.timeout(wait)
             with self.timed[COMPUTE]:
                 yield from self.compute(step)
             if spec.fill_s > 0:
@@ -110,9 +116,11 @@ class SimWorker:
             self.step_ends[step] = env.now
 
     def compute(self, step: int) -> Iterator[simpy.Event]:
-        """Sleep (no core); spin (a core's share for exactly its duration: the emulator busy-waits
-        until a wall-clock deadline, so sharing a core never stretches it, but it slows everyone
-        else's CPU work); matmul (a fixed amount of work on a core, stretched when shared)."""
+        """Sleep (no core); spin (a core's share for its duration: the emulator busy-waits until a
+        wall-clock deadline, so sharing a core does not stretch it, but it slows everyone else's
+        CPU work; it ends late by the calibrated overshoot at the load it starts in, since the
+        kernel's quanta are not vanishing); matmul (a fixed amount of work on a core, stretched
+        when shared)."""
         if self.spec.background_s > 0:
             # The processes' other CPU (Ray's threads, recording events, the shards' share for this
             # step) runs while the worker computes; nobody waits for it, but it takes a core.
@@ -123,6 +131,9 @@ class SimWorker:
         if self.spec.compute_mode == "sleep":
             yield self.env.timeout(duration)
         elif self.spec.compute_mode == "spin":
+            if self.spec.spin_overshoot:
+                # The deadline passes while the process waits for its turn: it ends that much late.
+                duration += load_curve_at(self.spec.spin_overshoot, self.node.cores.present() / self.spec.cores)
             yield from self.node.cores.occupy(duration)
         else:
             yield self.node.cores.serve(duration)

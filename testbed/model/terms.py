@@ -38,7 +38,7 @@ from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setu
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "worker_processes", "steps_per_worker", "extrapolated",
-    "transfer_seconds", "INLINE_BYTES", "node_count",
+    "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls",
 ]
 
 
@@ -172,6 +172,19 @@ def _read_terms(config: Any, profile: HardwareProfile, pause_s: float = 0.0) -> 
         block = max([b for b in sizes if b <= sample], default=sizes[0])
         return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], (1.0,)
     return minibatch * sample / disk.single_stream_bytes_per_s, alphas()
+
+
+def read_calls(config: Any) -> int:
+    """The blocking read calls of one step read (``testbed.data.diskio``): a random read is
+    ``minibatch`` samples of whole blocks each, a sequential one the minibatch's bytes in blocks
+    (0 without step reads)."""
+    mode = _value(config.data.step_reads)
+    if mode == "none" or config.workload.dataset_bytes <= 0:
+        return 0
+    sample, minibatch, block = config.workload.sample_bytes, config.workload.minibatch, config.data.block_bytes
+    if mode == "random":
+        return minibatch * math.ceil(sample / block)
+    return max(1, math.ceil(minibatch * sample / block))
 
 
 def _read_pause_s(compute_s: float, calls: dict[str, Any], pull_every: int) -> float:

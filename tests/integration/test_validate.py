@@ -146,3 +146,16 @@ def test_calibration_measures_the_init_call_to_several_processes(ray_local, cach
     assert sorted(fanout) == [2, 4]  # the quick start-up counts
     assert all(0 < s < 1 for s in fanout.values())
     assert profile.init_call_s is not None and profile.init_call_s > 0
+
+
+def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
+    from testbed.calibration.scheduler import QUICK_LOADS
+    profile, _, _ = calibrate(with_disk=False, quick=True)
+    sched = profile.scheduler
+    assert sched is not None and sched.cores == profile.cores_per_node
+    for curve in (sched.spin_overshoot_s, sched.wake_s):
+        assert [x for x, _ in curve] == [float(x) for x in QUICK_LOADS]
+        values = [v for _, v in curve]
+        assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
+    # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
+    assert sched.overshoot_at(QUICK_LOADS[-1]) > 1e-4

@@ -1,0 +1,73 @@
+"""The scheduler probe: how late a busy-wait ends and how long a woken process waits for a
+core, with a given number of CPU-bound processes on this node (``testbed.model.scheduler``).
+
+The load is made of plain interpreter processes that spin forever (``python -S -c``: no
+imports, ~10 ms to start), started as the load grows and killed at the end whatever happens.
+At each load the probe behaves like a spinning worker: it busy-waits ``spin_s`` with the
+emulator's own ``spin`` (the overshoot is how much longer that took), then blocks ``reads``
+times for ``block_s`` (a direct read's wait for its device; the excess over ``block_s`` is the
+wake). Both are reported as the excess over the same figure with no load, so what the
+calibrated read and call figures already hold at rest is not counted twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+from testbed.emulation.compute import spin
+
+__all__ = ["SchedulerProbe", "scheduler_samples"]
+
+SPINNER = "while True:\n    pass\n"
+
+
+def _sample(spin_s: float, reads: int, block_s: float) -> tuple[float, float]:
+    clock = time.perf_counter
+    t0 = clock()
+    spin(spin_s)
+    overshoot = clock() - t0 - spin_s
+    t0 = clock()
+    for _ in range(reads):
+        time.sleep(block_s)
+    wake = (clock() - t0) / reads - block_s
+    return max(0.0, overshoot), max(0.0, wake)
+
+
+def scheduler_samples(loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02, reads: int = 8,
+                      block_s: float = 2e-4, settle_s: float = 0.1) -> dict[str, list[list[float]]]:
+    """For each load (CPU-bound processes besides this one, per core; ascending), the mean
+    overshoot of a ``spin_s`` busy-wait and the mean wake per blocking call, both as the
+    excess over the unloaded figures: ``{"spin_overshoot_s": [[load, s], ...], "wake_s": ...}``."""
+    spinners: list[subprocess.Popen] = []
+    raw: list[tuple[float, float, float]] = []
+    try:
+        for load in sorted(float(x) for x in loads):
+            want = round(load * cores)
+            while len(spinners) < want:
+                spinners.append(subprocess.Popen([sys.executable, "-S", "-c", SPINNER], stdin=subprocess.DEVNULL,
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(settle_s)
+            got = [_sample(spin_s, reads, block_s) for _ in range(samples)]
+            raw.append((load, statistics.fmean(o for o, _ in got), statistics.fmean(w for _, w in got)))
+    finally:
+        for p in spinners:
+            p.kill()
+        for p in spinners:
+            p.wait()
+    if not raw:
+        return {"spin_overshoot_s": [], "wake_s": []}
+    # The excess over no load: measured at load 0 when it is in ``loads``, else none is taken off.
+    rest_o, rest_w = (raw[0][1], raw[0][2]) if raw[0][0] == 0 else (0.0, 0.0)
+    return {"spin_overshoot_s": [[x, max(0.0, o - rest_o)] for x, o, _ in raw],
+            "wake_s": [[x, max(0.0, w - rest_w)] for x, _, w in raw]}
+
+
+class SchedulerProbe:
+    """An actor that runs ``scheduler_samples`` on its node."""
+
+    def samples(self, loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02) -> dict:
+        return scheduler_samples(loads, cores, samples, spin_s)

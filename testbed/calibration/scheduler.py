@@ -1,0 +1,35 @@
+"""Calibrating the scheduler under load (``testbed.model.scheduler``): the probe runs in an
+actor (``actors.schedprobe``) on a node of the Ray this process is connected to, with 0 to 16
+spinning processes per core beside it; each curve is made non-decreasing (``monotone``)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from testbed.model.scheduler import SchedulerCosts, monotone
+
+__all__ = ["measure_scheduler", "LOADS", "QUICK_LOADS", "SPIN_S"]
+
+LOADS = (0, 1, 2, 4, 6, 8, 12, 16)     # CPU-bound processes besides the probe, per core
+QUICK_LOADS = (0, 2, 8)
+SAMPLES, QUICK_SAMPLES = 20, 4
+SPIN_S = 0.02
+
+
+def measure_scheduler(cores: int, *, quick: bool = False,
+                      progress: Callable[[str], None] = lambda s: None) -> SchedulerCosts:
+    """About 9 s on 2 cores (1.5 s quick)."""
+    import ray
+
+    from actors.schedprobe import SchedulerProbe
+
+    progress("the scheduler under load (spinning processes per core: "
+             f"{', '.join(str(x) for x in (QUICK_LOADS if quick else LOADS))})")
+    probe = ray.remote(SchedulerProbe).options(num_cpus=0).remote()
+    try:
+        raw = ray.get(probe.samples.remote(QUICK_LOADS if quick else LOADS, cores,
+                                           QUICK_SAMPLES if quick else SAMPLES, SPIN_S))
+    finally:
+        ray.kill(probe)
+    return SchedulerCosts(spin_overshoot_s=monotone(raw["spin_overshoot_s"]), wake_s=monotone(raw["wake_s"]),
+                          cores=cores, spin_s=SPIN_S, samples=QUICK_SAMPLES if quick else SAMPLES)

@@ -1,0 +1,27 @@
+"""Real processes: the scheduler probe loads the cores with spinning interpreters, measures,
+and leaves none behind (no Ray needed: the probe is a plain function the actor calls)."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from actors.schedprobe import scheduler_samples
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_probe_measures_each_load_and_leaves_no_spinner_behind():
+    cores = os.cpu_count() or 1
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    got = scheduler_samples((0, 4), cores, samples=6)
+    assert [x for x, _ in got["spin_overshoot_s"]] == [0.0, 4.0]
+    assert [x for x, _ in got["wake_s"]] == [0.0, 4.0]
+    assert got["spin_overshoot_s"][0][1] == 0.0 and got["wake_s"][0][1] == 0.0  # excess over no load
+    # four spinning processes per core: the probe's 20 ms spin is not always running at its deadline
+    assert got["spin_overshoot_s"][1][1] > 1e-4
+    assert all(0 <= v < 1 for curve in got.values() for _, v in curve)
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not left, f"spinners left running: {left}"

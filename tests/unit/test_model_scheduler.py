@@ -1,0 +1,109 @@
+"""The scheduler under load (testbed.model.scheduler) and how the simulated family reads it:
+plain numbers and simulations, no processes (the probe itself is tested on real processes in
+tests/integration/test_scheduler_probe.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from testbed.model import step_terms
+from testbed.model.profile import DiskProfile, HardwareProfile
+from testbed.model.scheduler import SchedulerCosts, coerce_scheduler, load_curve_at, monotone
+from testbed.model.simfamily import sim_spec
+from testbed.model.simulation import simulate
+from testbed.model.terms import read_calls
+from tests.unit.test_model_simulated import MS, config, profile
+
+CURVE = ((0.0, 0.0), (2.0, 0.004), (8.0, 0.02))
+
+
+def test_monotone_pools_a_dip_with_its_neighbours():
+    assert monotone([(0, 0.0), (1, 3.0), (2, 1.0), (3, 4.0)]) == ((0, 0.0), (1, 2.0), (2, 2.0), (3, 4.0))
+    assert monotone([(2, 5.0), (0, 1.0)]) == ((0, 1.0), (2, 5.0))  # sorted by load
+    assert monotone([(0, -1.0), (1, 0.5)]) == ((0, 0.0), (1, 0.5))  # never below 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.floats(0, 1)), min_size=1, max_size=12, unique_by=lambda p: p[0]))
+def test_property_monotone_is_non_decreasing_and_keeps_the_mean(points):
+    out = monotone(points)
+    values = [v for _, v in out]
+    assert all(b >= a - 1e-12 for a, b in zip(values, values[1:]))
+    assert sum(values) == pytest.approx(sum(y for _, y in points), abs=1e-9)
+    assert [x for x, _ in out] == sorted(x for x, _ in points)
+
+
+def test_load_curve_is_linear_between_points_and_flat_outside():
+    assert load_curve_at(CURVE, 1.0) == pytest.approx(0.002)
+    assert load_curve_at(CURVE, 5.0) == pytest.approx(0.012)
+    assert load_curve_at(CURVE, 100.0) == 0.02
+    assert load_curve_at(CURVE, 0.0) == 0.0
+    assert load_curve_at((), 3.0) == 0.0
+
+
+def test_scheduler_costs_check_their_points_and_survive_a_profile_round_trip():
+    with pytest.raises(ValueError, match="load >= 0"):
+        SchedulerCosts(spin_overshoot_s=((-1, 0.0),))
+    with pytest.raises(ValueError, match="appears twice"):
+        SchedulerCosts(wake_s=((1, 0.0), (1, 0.1)))
+    costs = SchedulerCosts(spin_overshoot_s=CURVE, wake_s=((0, 0.0), (4, 0.003)), cores=2, samples=20)
+    prof = dataclasses.replace(profile(), scheduler=costs)
+    again = HardwareProfile.from_dict(json.loads(json.dumps(prof.to_dict())))
+    assert again.scheduler == costs
+    assert coerce_scheduler(None) is None
+    assert HardwareProfile.from_dict({k: v for k, v in prof.to_dict().items() if k != "scheduler"}).scheduler is None
+
+
+def test_read_calls_follow_the_reader():
+    data = {"workload": {"steps": 10, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096}}
+    assert read_calls(config(**data, data={"step_reads": "random"})) == 8
+    assert read_calls(config(**data, data={"step_reads": "sequential"})) == 1
+    big = {"workload": {"steps": 10, "dataset_bytes": 10**8, "minibatch": 4, "sample_bytes": 3 * 2**20}}
+    assert read_calls(config(**big, data={"step_reads": "random", "block_bytes": 2**20})) == 12
+    assert read_calls(config(**big, data={"step_reads": "sequential", "block_bytes": 2**20})) == 12
+    assert read_calls(config(**data)) == 0
+
+
+def _run(cfg, prof):
+    return simulate(sim_spec(cfg, prof, step_terms(cfg, prof)))
+
+
+def test_a_lone_spin_ends_on_time_and_a_crowd_ends_late():
+    sched = SchedulerCosts(spin_overshoot_s=CURVE, cores=2)
+    spin = {"mode": "spin", "seconds": 0.01}
+    lone = _run(config(workers=1, compute=spin), profile(cores_per_node=2, scheduler=sched))
+    assert lone.phases["compute"] == pytest.approx(0.01, rel=1e-9)  # load 0: no overshoot
+    crowd_cfg = config(workers=8, compute=spin)
+    crowd = _run(crowd_cfg, profile(cores_per_node=2, scheduler=sched))
+    plain = _run(crowd_cfg, profile(cores_per_node=2))
+    # seven others spin on two cores most of the time: a load near 3.5, an overshoot near 7 ms
+    assert 0.01 + 0.002 < crowd.phases["compute"] <= 0.01 + load_curve_at(CURVE, 3.5) * (1 + 1e-9)
+    assert plain.phases["compute"] == pytest.approx(0.01, rel=1e-9)
+    assert crowd.train_s > plain.train_s
+
+
+def test_a_read_waits_a_wake_per_call_only_when_others_hold_the_cores():
+    sched = SchedulerCosts(wake_s=((0.0, 0.0), (1.0, 0.001), (4.0, 0.004)), cores=2)
+    data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
+            "data": {"step_reads": "random"}}
+    fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)  # the disk is not the limit
+    sleepy = config(workers=1, **data)
+    assert _run(sleepy, profile(cores_per_node=2, disk=fast, scheduler=sched)).phases["read"] == \
+        pytest.approx(_run(sleepy, profile(cores_per_node=2, disk=fast)).phases["read"], rel=1e-9)
+    crowd = config(workers=6, compute={"mode": "spin", "seconds": 0.02}, **data)
+    with_wake = _run(crowd, profile(cores_per_node=2, disk=fast, scheduler=sched)).phases["read"]
+    without = _run(crowd, profile(cores_per_node=2, disk=fast)).phases["read"]
+    # five others spinning on two cores (load 2.5 at most): up to 8 calls x 2.5 ms more
+    assert without + 8 * 0.001 < with_wake <= without + 8 * load_curve_at(sched.wake_s, 2.5) * (1 + 1e-9)
+
+
+def test_a_profile_without_the_scheduler_simulates_as_before():
+    cfg = config(workers=4, compute={"mode": "spin", "seconds": 0.01}, gradient_bytes=400)
+    extra = {"worker_cpu_per_step_s": 2 * MS}
+    empty = SchedulerCosts(cores=2)
+    assert _run(cfg, profile(cores_per_node=2, extra=extra)) == _run(cfg, profile(cores_per_node=2, extra=extra,
+                                                                                 scheduler=empty))
