@@ -99,6 +99,11 @@ class SharedRate:
         """Jobs and occupants present now (the processes wanting the resource)."""
         return len(self._jobs) + self._occupants
 
+    @property
+    def occupants(self) -> int:
+        """Occupants present now (on the cores: the processes spinning)."""
+        return self._occupants
+
     def _reschedule(self) -> None:
         """The jobs' speed changed both ways: drop the pending timer and set a new one."""
         self._generation += 1

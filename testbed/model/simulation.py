@@ -86,7 +86,7 @@ class SimWorker:
                     yield node.disk.serve(spec.read_s)
                     if spec.wake:
                         # Each blocking read call, woken, waits for a core while others hold them.
-                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.present() / spec.cores)
+                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.occupants / spec.cores)
                         if wait > 0:
                             yield env.timeout(wait)
             with self.timed[COMPUTE]:
@@ -133,7 +133,7 @@ class SimWorker:
         elif self.spec.compute_mode == "spin":
             if self.spec.spin_overshoot:
                 # The deadline passes while the process waits for its turn: it ends that much late.
-                duration += load_curve_at(self.spec.spin_overshoot, self.node.cores.present() / self.spec.cores)
+                duration += load_curve_at(self.spec.spin_overshoot, self.node.cores.occupants / self.spec.cores)
             yield from self.node.cores.occupy(duration)
         else:
             yield self.node.cores.serve(duration)

@@ -366,17 +366,23 @@ def worker_processes(config: Any, profile: HardwareProfile, workers: int) -> int
 
 
 def init_call_s(profile: HardwareProfile, processes: int = 1) -> float:
-    """The driver's call that starts init and waits for its end, with nothing to read: measured
-    by calibration (the single-worker runs' init spans: the call reaches the worker host, which
-    starts a thread per hosted worker; one actor-call latency in profiles without it), plus
-    what calling ``processes`` worker processes at once adds on the calibrated fan-out curve
-    (``init_fanout_s_by_actors``; a held-out draw measured ~0.6 ms a process, 18 ms for 31)."""
+    """The driver's call that starts init and waits for its end, with nothing to read, to
+    ``processes`` worker processes: at 1, as calibration measured it (the single-worker runs'
+    init spans: the call reaches the worker host, which starts a thread per hosted worker; one
+    actor-call latency in profiles without it); at more, on the calibrated fan-out curve
+    (``init_fanout_s_by_actors``: the driver's call to k idle actors at once), read linearly
+    from that one-process figure, and along the curve's last segment beyond it.
+
+    Read directly, not as the one-process figure plus the curve's growth from its value at 1
+    (the rule before): the curve starts at 2 and its segment from 2 to 8 extrapolated to 1 says
+    1.8 ms where one process measures 1.0 ms, so the growth read from it was short by ~0.8 ms at
+    every count (held-out draws 2026120113 and 2026120114: init with no data set 0.78-1.0 x the
+    curve's own value at 2-5 processes, against 0.5-0.8 x by the rule before)."""
     one = profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
-    points = sorted(profile.init_fanout_s_by_actors.items())
+    points = [(k, v) for k, v in sorted(profile.init_fanout_s_by_actors.items()) if k > 1]
     if processes <= 1 or not points:
         return one
-    more = interpolate_setup_s(points, processes) - interpolate_setup_s(points, 1)
-    return one + max(0.0, more)
+    return max(one, interpolate_setup_s([(1, one), *points], processes))
 
 
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:

@@ -32,15 +32,17 @@ def test_spin_and_matmul_get_a_process_each_sleep_is_grouped():
     assert worker_processes(run_config(), p, 31) == 4
 
 
-def test_init_call_grows_along_the_fanout_curve_from_the_one_worker_figure():
+def test_init_call_is_the_fanout_curve_read_from_the_one_worker_figure():
     p = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005, 16: 0.0098})
     assert init_call_s(p, 1) == 0.001
-    # the curve's own value at 1 actor (0.0015 - 0.5 ms/actor = 0.000917) is the origin
-    slope = (0.005 - 0.0015) / 6
-    assert init_call_s(p, 8) == pytest.approx(0.001 + 7 * slope)
+    assert init_call_s(p, 2) == pytest.approx(0.0015)  # the curve's own values at its counts
+    assert init_call_s(p, 8) == pytest.approx(0.005)
+    assert init_call_s(p, 5) == pytest.approx(0.0015 + 3 * (0.005 - 0.0015) / 6)  # linear between
     at_31 = 0.0098 + 15 * (0.0098 - 0.005) / 8  # beyond the curve: along its last segment
-    assert init_call_s(p, 31) == pytest.approx(0.001 + at_31 - (0.0015 - slope))
+    assert init_call_s(p, 31) == pytest.approx(at_31)
     assert init_call_s(profile(init_call_s=0.001), 31) == 0.001  # no curve: the one figure
+    # never below the one-process figure, whatever the curve says
+    assert init_call_s(profile(init_call_s=0.003, init_fanout_s_by_actors={2: 0.002, 8: 0.004}), 2) == 0.003
 
 
 def test_init_with_no_data_set_predicts_the_call_to_every_process():
