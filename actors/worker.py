@@ -11,8 +11,8 @@ by consistency mode (docs/consistency.md):
 - ``sync``: a push and a pull of version N x (k + 1) in one call per shard after every step
   k (``push_pull_at``); each shard holds the call after its apply until all N pushes of the
   step are applied. The call is recorded as ``push`` (until the last shard was done with the
-  push), ``barrier`` (the longest a shard held it) and ``pull`` (the rest: the snapshot copy,
-  the reply, the transfer).
+  push), ``barrier`` (from there until the last shard let the call go) and ``pull`` (the
+  rest: the snapshot copy, the reply, the transfer).
 - ``ssp``: after every step but the last, a tick of the step clock, which holds the worker
   while it is more than ``staleness`` steps ahead of the slowest (timed as ``barrier``,
   including the clock call); then pulls as in ``async``, as a call of its own (after the tick).
@@ -290,14 +290,19 @@ class Worker:
 
     def _sync_push_pull(self, step: int, slices: list[np.ndarray]) -> None:
         """Push, then pull the parameters as of all N pushes of ``step``, in one call per shard;
-        recorded as ``push``, ``barrier`` (the longest a shard held the call) and ``pull``."""
+        recorded as ``push``, ``barrier`` (until the last shard let the call go) and ``pull``."""
         rec, nbytes = self.recorder, self.cfg.gradient_bytes
         wall0, t0 = rec.now()
         pulled = self.client.push_pull_at(slices, self.index, step, self.versions, self.cfg.workers * (step + 1),
                                           self._during(slices, True, True))
         total_ns = rec.mono_ns() - t0
         push_ns = self._split(wall0, total_ns, [w for _, _, _, w in pulled])
-        barrier_ns = min(total_ns - push_ns, max(waited for _, _, waited, _ in pulled))
+        # From the end of the push (the last shard done with it) until the last shard let the
+        # call go (its push stamp plus its wait): the shards' waits overlap the push and each
+        # other, so the longest wait alone would count time already in the push, taken from
+        # the pull.
+        released_ns = max(pushed + waited for _, _, waited, pushed in pulled) - wall0
+        barrier_ns = min(total_ns - push_ns, max(0, released_ns - push_ns))
         rec.record(Phase.PUSH, step, wall0, push_ns, nbytes)
         rec.record(Phase.BARRIER, step, wall0 + push_ns, barrier_ns)
         rec.record(Phase.PULL, step, wall0 + push_ns + barrier_ns, total_ns - push_ns - barrier_ns, nbytes)

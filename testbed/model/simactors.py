@@ -300,7 +300,8 @@ class SimClient:
 
     def push_pull_at(self, worker: int, step: int, version: int) -> Iterator[simpy.Event]:
         """``sync``: a push, then the pull of ``version``, in one call per shard. Returns (when
-        the last shard was done with the push, the seconds each shard waited for the round)."""
+        the last shard was done with the push, when the last shard let its call go: its push's
+        end plus its wait for the round), as the worker splits the call."""
         def one(shard: SimShard) -> Iterator[simpy.Event]:
             pushed = yield from shard.push(worker, step)
             waited = yield from shard.pull_at(version)
@@ -308,13 +309,14 @@ class SimClient:
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
         start = self.env.now
         results = yield from self._all([one(s) for s in self.shards])
-        pushed, waited = max(p for p, _ in results), [w for _, w in results]
+        pushed, released = max(p for p, _ in results), max(p + w for p, w in results)
         own = self.spec.link_worker_s
         if own > 0:
             pushed = max(pushed, start + own)
-            yield from self._own_link(pushed + max(waited) + own)
+            released = max(released, pushed)
+            yield from self._own_link(released + own)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
-        return pushed, waited
+        return pushed, released
 
     def pull(self) -> Iterator[simpy.Event]:
         start = self.env.now

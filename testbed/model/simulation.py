@@ -142,10 +142,10 @@ class SimWorker:
         """Push, then pull the parameters as of all N pushes of ``step``, in one call per shard
         (``push_pull_at``), split into ``push``, ``barrier`` and ``pull`` as the worker splits it."""
         t0 = self.env.now
-        pushed, waited = yield from self.client.push_pull_at(self.index, step, self.spec.workers * (step + 1))
+        pushed, released = yield from self.client.push_pull_at(self.index, step, self.spec.workers * (step + 1))
         self.tally.add(PUSH, pushed - t0)
         rest = self.env.now - pushed
-        barrier = min(rest, max(waited))
+        barrier = min(rest, max(0.0, released - pushed))
         self.tally.add(BARRIER, barrier)
         self.tally.add(PULL, rest - barrier)
 

@@ -188,3 +188,37 @@ def test_spec_checks_and_staleness_bounds():
     assert config(workers=1, pull_every=3).staleness_bound == 2
     assert config(deadline_s="7s").barrier_timeout_s == 7.0
     assert config(apply_seconds="5ms").apply_seconds == pytest.approx(0.005)
+
+
+class StampedClient(LocalServerClient):
+    """Answers ``push_pull_at`` with given shard stamps (ns after the call began): each shard
+    done with the push at ``pushed[i]``, then waiting ``waited[i]``; the call takes ``total``."""
+
+    def __init__(self, servers, recorder, pushed, waited, total):
+        super().__init__(servers)
+        self.recorder, self.pushed, self.waited, self.total = recorder, pushed, waited, total
+
+    def push_pull_at(self, slices, worker, step, versions, version, during=None):
+        wall0, t0 = self.recorder.now()
+        while self.recorder.mono_ns() - t0 < self.total:
+            pass
+        return [(version, np.zeros(len(s), np.float32), w, wall0 + p)
+                for s, p, w in zip(slices, self.pushed, self.waited)]
+
+
+def test_the_sync_barrier_runs_from_the_push_to_the_last_release_and_the_pull_is_the_rest():
+    # Two shards: A done with the push at 1 ms and waits 10 ms; B done at 5 ms and waits 6 ms;
+    # both let the call go at 11 ms, and the call ends at 20 ms. Push 5 ms, barrier 6 ms (not
+    # A's 10 ms wait, which overlaps the push), pull 9 ms.
+    cfg = config(workers=1, servers=2, sync="sync", gradient_bytes=64, workload={"steps": 1},
+                 compute={"seconds": 0.0})
+    r = rec("worker-0", "worker")
+    ms = 1_000_000
+    client = StampedClient(shards_for(cfg), r, pushed=[1 * ms, 5 * ms], waited=[10 * ms, 6 * ms], total=20 * ms)
+    Worker(cfg, 0, client, r).train()
+    got = {e.phase: e.duration_ns / ms for e in r.events() if e.phase in ("push", "barrier", "pull")}
+    # the stamps are taken just before the call began, so each split point is a few us late at most
+    assert got["push"] == pytest.approx(5, abs=0.2)
+    assert got["barrier"] == pytest.approx(6, abs=0.2)
+    assert got["pull"] == pytest.approx(9, abs=0.4)
+    assert sum(got.values()) == pytest.approx(20, abs=0.4)
