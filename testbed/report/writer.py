@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from testbed.analysis.validation import Comparison, compare_run
 from testbed.model.profile import load_profile
 from testbed.records.manifest import RunStatus
+from testbed.records.provenance import now_iso
 from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_bytes, atomic_write_text
 from testbed.records.trace import chrome_trace
 from testbed.report import plots
@@ -58,12 +59,17 @@ def write_report(run_dir: str | Path | RunFolder, status: Optional[RunStatus] = 
     manifest = folder.manifest
     if status is not None:
         manifest["status"] = RunStatus(status).value
+        if manifest.get("ended") is None:
+            # The caller settles the status right after: the run ends now (the manifest's own
+            # stamp follows within the second).
+            manifest["ended"] = now_iso()
     events = folder.events()
     summary = folder.summary(events)
     resources = folder.resources()
     comparison = _comparison(folder)
     header = [f"# {manifest['experiment']}: run {manifest['run_id']}", "",
-              f"Status: {manifest['status']}; started {manifest['started']}, ended {manifest.get('ended')}.", ""]
+              f"Status: {manifest['status']}; started {manifest['started']}, "
+              f"{'ended ' + manifest['ended'] if manifest.get('ended') else 'not ended'}.", ""]
     if manifest["status"] == RunStatus.INTERRUPTED.value:
         owner = folder.record.owner
         header += [f"**The run was interrupted: its writer ({owner or 'unknown'}) is gone without settling its "

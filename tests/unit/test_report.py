@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from testbed.report.writer import write_report
 from tests import factories
 
 
-def build_folder(path, with_monitor=True):
+def build_folder(path, with_monitor=True, settle=True):
     spec = parse_spec({"name": "rep", "workers": 2, "workload": {"steps": 2}})
     cfg = expand(spec)[0]
     folder = RunFolder.create(path, run_id="r1", experiment="rep", spec=spec.model_dump(mode="json"),
@@ -63,8 +64,9 @@ def build_folder(path, with_monitor=True):
                                                           1e6, 2e6, 3e5, 3e5)):
                     samples[name].append(v)
         folder.append_resources(samples)
-    folder.set_status("complete")
-    folder.release()
+    if settle:
+        folder.set_status("complete")
+        folder.release()
     return folder
 
 
@@ -83,6 +85,18 @@ def test_report_regenerates_the_summary_and_writes_trace_plot_and_markdown(tmp_p
     assert (folder.path / "utilisation.png").read_bytes()[:4] == b"\x89PNG"
     trace = json.loads((folder.path / "trace.json").read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 3 + 4 + 4
+
+
+def test_the_report_states_when_the_run_ended_also_when_written_just_before_it_settles(tmp_path):
+    settled = write_report(build_folder(tmp_path / "a").path).read_text()
+    assert re.search(r"Status: complete; started \S+, ended 20\d\d-\S+\.", settled)
+    writing = build_folder(tmp_path / "b", settle=False)  # as testbed validate: report first, status after
+    text = write_report(writing, status="complete").read_text()
+    assert re.search(r"Status: complete; started \S+, ended 20\d\d-\S+\.", text), text.splitlines()[2]
+    writing.release()
+    running = build_folder(tmp_path / "c", settle=False)
+    assert "not ended" in write_report(running).read_text()
+    running.release()
 
 
 def test_a_run_without_monitor_samples_gets_a_report_without_plot(tmp_path):
