@@ -17,49 +17,13 @@ import numpy as np
 
 from testbed.emulation.compute import spin
 
-__all__ = ["ReadProbe", "paused_reads_s", "PAUSE_KINDS"]
+__all__ = ["ReadProbe", "PAUSE_KINDS"]
 
 PAUSE_KINDS = ("sleep", "spin")
 
 
-def paused_reads_s(path: str, file_bytes: int, order: str, sample_bytes: int, minibatch: int, repeats: int,
-                   pause_s: float, pause_kind: str = "sleep", block_bytes: int = 2**20, seed: int = 0,
-                   cache_bypass: bool = True, warmup: int = 2) -> list[float]:
-    """Seconds of each of ``repeats`` step reads of ``minibatch`` samples of ``sample_bytes``
-    from the file at ``path`` (``order`` sequential or random, as ``StepReader`` reads them),
-    each after a pause of ``pause_s`` (``sleep``: the CPU idles; ``spin``: it is busy). The
-    first ``warmup`` reads (opening the file, touching the buffer) are left out."""
-    from testbed.data.diskio import DirectReader, StepReader
-
-    if pause_kind not in PAUSE_KINDS:
-        raise ValueError(f"pause_kind must be one of {PAUSE_KINDS}, got {pause_kind!r}")
-    pause = time.sleep if pause_kind == "sleep" else spin
-    rng = np.random.default_rng([seed, sample_bytes, minibatch])
-    reader = StepReader([(path, file_bytes)], sample_bytes, minibatch, order, rng,
-                        DirectReader(block_bytes, cache_bypass))
-    out = []
-    clock = time.perf_counter
-    try:
-        for i in range(repeats + warmup):
-            if pause_s > 0:
-                pause(pause_s)
-            t0 = clock()
-            reader.read_step()
-            if i >= warmup:
-                out.append(clock() - t0)
-    finally:
-        reader.close()
-    return out
-
-
 class ReadProbe:
-    """An actor that times step reads after pauses on this node (``paused_reads_s``)."""
-
-    def reads_s(self, path: str, file_bytes: int, order: str, sample_bytes: int, minibatch: int, repeats: int,
-                pause_s: float, pause_kind: str = "sleep", block_bytes: int = 2**20, seed: int = 0,
-                cache_bypass: bool = True) -> list[float]:
-        return paused_reads_s(path, file_bytes, order, sample_bytes, minibatch, repeats, pause_s, pause_kind,
-                              block_bytes, seed, cache_bypass)
+    """An actor that times step reads after pauses on this node (``sweep_s``)."""
 
     def sweep_s(self, directory: str, file_bytes: int, hot_cells: list[tuple[str, int]],
                 paused_cells: list[tuple[str, int, float]], hot_repeats: int, rounds: int, block_bytes: int = 2**20,
@@ -83,6 +47,8 @@ class ReadProbe:
         from testbed.data.dataset import write_random_file
         from testbed.data.diskio import DirectReader, StepReader
 
+        if pause_kind not in PAUSE_KINDS:
+            raise ValueError(f"pause_kind must be one of {PAUSE_KINDS}, got {pause_kind!r}")
         pause = time.sleep if pause_kind == "sleep" else spin
         path = Path(directory) / f".calibrate-reads-{os.getpid()}.bin"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from actors.readprobe import ReadProbe, paused_reads_s
+from actors.readprobe import ReadProbe
 from testbed.calibration.reads import PAUSED_BYTES, SIZES_BYTES, step_reads_from_sweep, sweep_cells
 from testbed.model import predict
 from testbed.model.curves import SizeCurve
@@ -160,12 +160,12 @@ def test_the_probe_times_paused_reads_from_its_own_file_and_removes_it(tmp_path)
     assert [len(x) for x in hot] == [5, 5] and [len(x) for x in paused] == [4]
     assert all(s > 0 for xs in hot + paused for s in xs)
     assert list(tmp_path.iterdir()) == []
-    path = tmp_path / "f.bin"
-    path.write_bytes(b"\1" * 2 * MIB)
-    got = paused_reads_s(str(path), 2 * MIB, "sequential", 4 * KIB, 8, repeats=3, pause_s=0.001, pause_kind="spin")
-    assert len(got) == 3 and min(got) > 0
+    # spinning in the pause instead of sleeping: the same reads
+    _, spun, _ = ReadProbe().sweep_s(str(tmp_path), 2 * MIB, [], [("sequential", 32 * KIB, 0.001)], hot_repeats=1,
+                                     rounds=3, pause_kind="spin", passes=1)
+    assert len(spun[0]) == 3 and min(spun[0]) > 0
     with pytest.raises(ValueError, match="pause_kind"):
-        paused_reads_s(str(path), 2 * MIB, "sequential", 4 * KIB, 8, repeats=1, pause_s=0.0, pause_kind="nap")
+        ReadProbe().sweep_s(str(tmp_path), 2 * MIB, [], [], hot_repeats=1, rounds=1, pause_kind="nap")
 
 
 def test_a_longer_pause_never_gets_a_smaller_wake_up():
