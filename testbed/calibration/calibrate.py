@@ -39,7 +39,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from testbed.calibration.costs import SIZES_BYTES, init_call_from_points, measure_call_costs, ray_cpu_from_points
+from testbed.calibration.costs import (
+    SIZES_BYTES,
+    init_call_from_points,
+    measure_call_costs,
+    measure_small_calls,
+    ray_cpu_from_points,
+)
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
@@ -59,8 +65,8 @@ Progress = Callable[[str], None]
 # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
 # 6: the curves are the events' plain means, tails included (costs._mean says why), and the
 # init call to k worker processes; 7: step reads after pauses (reads.py); 8: the scheduler under load
-# (scheduler.py)
-CALIBRATION_VERSION = 8
+# (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls)
+CALIBRATION_VERSION = 9
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -216,6 +222,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     for a in (probe, echo):
         ray.kill(a)
     costs, points = measure_call_costs(quick, progress)
+    small_calls = measure_small_calls(costs, quick, progress)
     setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                                    progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
@@ -225,7 +232,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout,
-        "call_costs": costs, "init_call_s": init_call_from_points(points),
+        "call_costs": costs, "small_calls_by_shards": small_calls, "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }

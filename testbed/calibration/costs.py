@@ -25,7 +25,8 @@ import numpy as np
 from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
-           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S"]
+           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
+           "WORKER_FIGURES", "small_calls_from_point", "measure_small_calls"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -227,3 +228,28 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None]) -> tuple[tu
             points.append(run_point(nbytes, shards, 1, steps))
         points.append(run_point(nbytes, 1, None, steps))
     return call_costs_from_points(points), points
+
+
+# A shard count beyond the curves', run at the smallest size only: the step a call more per
+# shard adds to the worker's figures (terms._worker_side).
+BEYOND_SHARDS = 4
+WORKER_FIGURES = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
+
+
+def small_calls_from_point(point: RunPoint, one_shard: CallCosts) -> dict[str, float]:
+    """The worker's figures of ``point`` (a run at the smallest size pulling every step): its
+    push and pull events, and its CPU split over them in the one-shard ratio at that size."""
+    size = point.gradient_bytes
+    ratio = (one_shard.worker_push_cpu_s.at(size), one_shard.worker_pull_cpu_s.at(size))
+    push_cpu, pull_cpu = _split_like(point.worker_cpu_s, point.pushes, point.pulls, ratio)
+    return {"worker_push_s": point.push_s, "worker_pull_s": point.pull_s,
+            "worker_push_cpu_s": push_cpu, "worker_pull_cpu_s": pull_cpu}
+
+
+def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool,
+                        progress: Callable[[str], None]) -> dict[int, dict[str, float]]:
+    """One run at BEYOND_SHARDS shards at the smallest size (about 2.5 s)."""
+    size = SIZES_BYTES[0]
+    progress(f"per-call costs at {size // KIB} KiB with {BEYOND_SHARDS} shards")
+    point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick))
+    return {BEYOND_SHARDS: small_calls_from_point(point, costs[0])}

@@ -132,6 +132,10 @@ class HardwareProfile:
     # The scheduler under load: how late a spin ends and how long a woken read waits for a core,
     # against CPU-bound processes per core (scheduler.py). None (profiles before it): not modelled.
     scheduler: Optional[SchedulerCosts] = None
+    # The worker's figures at the smallest calibrated size at shard counts beyond the curves
+    # ({shards: {"worker_push_s": ..., "worker_pull_s": ..., "worker_push_cpu_s": ...,
+    # "worker_pull_cpu_s": ...}}): what one call more per shard adds (terms._worker_side).
+    small_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     created: str = ""
     schema_version: int = PROFILE_SCHEMA_VERSION
 
@@ -169,6 +173,8 @@ class HardwareProfile:
         object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
+        object.__setattr__(self, "small_calls_by_shards", {
+            int(k): {str(n): float(v) for n, v in figures.items()} for k, figures in self.small_calls_by_shards.items()})
         if isinstance(self.ray_cpu_per_step_s, dict):
             object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 

@@ -239,20 +239,36 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     """A worker-side figure (its push, its pull, its CPU per call) at gradient size ``m`` with
     ``s`` shards. Up to the largest calibrated shard count: that count's curve. Beyond it, the
     worker makes one call more per shard, and each call costs its fixed part again, while the
-    bytes (M in all) stay the same: the figure grows by the per-shard step of the two largest
-    calibrated counts read at the smallest calibrated size, where the fixed part is all of it
-    (never shrinking). The first held-out draw had 3 and 4 shards read at 2's curve, and the
-    workers' CPU per step 2-3 times the prediction; growing the whole figure along that step at
-    every size instead (the rule before) read a 19.8 MB sync pull at 4 shards at 19.7 ms, where
-    it measured 5.5 ms (draw 2026120112): at large sizes the step between 1 and 2 shards is
-    mostly the curves' noise, not a cost per call."""
+    bytes (M in all) stay the same: the figure grows by a per-shard step read at the smallest
+    calibrated size, where the fixed part is all of it (never shrinking). The step is measured
+    where calibration ran a larger count at that size (``small_calls_by_shards``: 4 shards),
+    linear up to it and along it beyond; without one, it is the step between the two largest
+    calibrated counts.
+
+    Why measured: the step from 1 to 2 shards (the rule before) is not the step from 2 to 4.
+    Draw 2026120115 read pushes with 3 and 4 shards at 4-43 KiB 32-113 % long (six configs, the
+    pulls 1-79 %), where 2 shards' curves read them within -24..+20 %: going from one call to
+    two adds the fork-join, going further adds calls alone. And why read at the smallest size:
+    the first held-out draw had 3 and 4 shards read at 2's curve, and the workers' CPU per step
+    2-3 times the prediction; growing the whole figure along the step at every size instead
+    read a 19.8 MB sync pull at 4 shards at 19.7 ms, where it measured 5.5 ms (draw
+    2026120112): at large sizes the step between 1 and 2 shards is mostly the curves' noise."""
     value = getattr(costs, name).at(m)
     calibrated = sorted(profile.call_costs, key=lambda c: c.shards)
-    if len(calibrated) < 2 or s <= calibrated[-1].shards:
+    if not calibrated or s <= calibrated[-1].shards:
         return value
-    lo, hi = calibrated[-2], calibrated[-1]
+    hi = calibrated[-1]
     small = getattr(hi, name).lo_bytes
-    slope = max(0.0, (getattr(hi, name).at(small) - getattr(lo, name).at(small)) / (hi.shards - lo.shards))
+    base = getattr(hi, name).at(small)
+    beyond = sorted((k, f[name]) for k, f in profile.small_calls_by_shards.items() if k > hi.shards and name in f)
+    if beyond:
+        k, at_k = beyond[0]
+        slope = max(0.0, (at_k - base) / (k - hi.shards))
+    elif len(calibrated) >= 2:
+        lo = calibrated[-2]
+        slope = max(0.0, (base - getattr(lo, name).at(small)) / (hi.shards - lo.shards))
+    else:
+        return value
     return getattr(hi, name).at(m) + slope * (s - hi.shards)
 
 
@@ -348,7 +364,9 @@ def extrapolated(config: Any, profile: HardwareProfile) -> tuple[str, ...]:
         if not curve.covers(at):
             out.append(f"{name} at {at:.0f} B (calibrated {curve.lo_bytes:.0f}..{curve.hi_bytes:.0f} B)")
     if config.servers > max(c.shards for c in profile.call_costs):
-        out.append(f"shards: {config.servers} (calibrated {', '.join(str(c.shards) for c in profile.call_costs)})")
+        beyond = sorted(profile.small_calls_by_shards)
+        also = f"; the worker's calls at {', '.join(map(str, beyond))} at the smallest size" if beyond else ""
+        out.append(f"shards: {config.servers} (calibrated {', '.join(str(c.shards) for c in profile.call_costs)}{also})")
     return tuple(out)
 
 

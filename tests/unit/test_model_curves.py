@@ -218,3 +218,39 @@ def test_worker_figures_grow_by_a_calls_fixed_cost_per_shard_beyond_the_calibrat
     flat = profile(costs(1, push_factor=lambda b: 1.2), costs(2))
     assert step_terms(config(servers=4), flat).worker_cpu_s == pytest.approx(step_terms(config(servers=2), flat)
                                                                              .worker_cpu_s)
+
+
+def test_a_measured_step_beyond_the_curves_replaces_the_one_between_the_two_largest_counts():
+    # The same curves, and calibration ran 4 shards at the smallest size: the push there took
+    # 1.6 x the 2-shard push (not the 2 x the 1 -> 2 step says). Each shard beyond 2 adds half
+    # of that 0.6, at every size; 3 shards lie halfway, 8 shards along the same step.
+    one, two = costs(1), costs(2, push_factor=lambda b: 1.5)
+    small = one.worker_push_s.lo_bytes
+    base = two.worker_push_s.at(small)
+    figures = {name: getattr(two, name).at(small) for name in
+               ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")}
+    figures["worker_push_s"] = 1.6 * base
+    p = dataclasses.replace(profile(one, two), small_calls_by_shards={4: figures})
+    step = 0.6 * base / 2
+    c2 = two.worker_push_s.at(4 * MIB)
+    for s in (3, 4, 8):
+        t = step_terms(config(servers=s), p)
+        assert t.push_transfer_s + t.push_service_s == pytest.approx(c2 + step * (s - 2))
+    # the pull's measured step is 0 here: it stays the 2-shard figure
+    t2, t4 = step_terms(config(servers=2), p), step_terms(config(servers=4), p)
+    assert t4.pull_transfer_s + t4.pull_service_s == pytest.approx(t2.pull_transfer_s + t2.pull_service_s)
+    # it survives the profile's file (keys become strings in JSON)
+    again = HardwareProfile.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again.small_calls_by_shards == p.small_calls_by_shards
+
+
+def test_the_small_calls_run_is_split_like_the_one_shard_run():
+    from testbed.calibration.costs import RunPoint, small_calls_from_point
+    one = costs(1)
+    point = RunPoint(gradient_bytes=4 * KIB, shards=4, steps=10, pushes=10, pulls=10, push_s=3 * MS, pull_s=1 * MS,
+                     apply_s=0.0, step_gap_s=0.0, worker_cpu_s=0.05, shard_cpu_s=0.01)
+    got = small_calls_from_point(point, one)
+    assert got["worker_push_s"] == 3 * MS and got["worker_pull_s"] == 1 * MS
+    assert 10 * (got["worker_push_cpu_s"] + got["worker_pull_cpu_s"]) == pytest.approx(0.05)
+    ratio = one.worker_push_cpu_s.at(4 * KIB) / one.worker_pull_cpu_s.at(4 * KIB)
+    assert got["worker_push_cpu_s"] / got["worker_pull_cpu_s"] == pytest.approx(ratio)
