@@ -29,10 +29,14 @@ _LABELS = {
     "flops_per_s": "matmul rate",
     "disk": "disk",
     "disk_reference": "fio (reference)",
+    "spin_overshoot_s": "a spin's overshoot, by spinners per core",
+    "wake_s": "a woken read call's wait for a core, by spinners per core",
+    "small_calls_by_shards": "worker at the smallest size",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
-                 "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once"}
+                 "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
+                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
 _NOT_FIGURES = {"identity", "created", "schema_version"}
 
@@ -79,6 +83,9 @@ def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
         return _disk_rows(label, value)
     if isinstance(value, SizeCurve):
         return [(label, _curve_text(name, value.points))]
+    if isinstance(value, tuple) and value and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        # (key, value) points of a curve over something other than bytes: on one line
+        return [(label, "; ".join(f"{k:g}: {format_figure(name, v)}" for k, v in value))]
     if isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):  # one record per key
         return [row for v in value for row in _rows(name, v, f"{label} [{_record_key(v)}]")]
     if dataclasses.is_dataclass(value):  # a record of figures inside the profile
@@ -88,6 +95,9 @@ def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
         if all(isinstance(k, str) for k in value):  # named figures: each under its own name
             return [row for k, v in sorted(value.items()) for row in _rows(k, v, _LABELS.get(k, k))]
         template = _POINT_LABELS.get(name, label + ", {key}")  # a curve: one row per point
+        if all(isinstance(v, dict) for v in value.values()):  # named figures per key: a row each
+            return [(f"{template.format(key=k)}: {n}", format_figure(n, x))
+                    for k, v in sorted(value.items()) for n, x in sorted(v.items())]
         return [(template.format(key=k), format_figure(name, v)) for k, v in sorted(value.items())]
     return [(label, format_figure(name, value))]
 

@@ -145,6 +145,18 @@ def test_profile_rows_list_every_figure_once_in_its_unit_and_survive_new_fields(
     assert table.row_count == len(rows) and list(table.columns[1].cells) == [v for _, v in profile_rows(p)]
 
 
+def test_profile_rows_show_the_scheduler_curves_and_the_calls_beyond_the_curves_on_readable_lines():
+    from testbed.model.scheduler import SchedulerCosts
+    p = dataclasses.replace(factories.profile(), scheduler=SchedulerCosts(
+        spin_overshoot_s=((0, 0.0), (4, 0.003)), wake_s=((0, 0.0), (4, 0.001)), cores=2, samples=14),
+        small_calls_by_shards={4: {"worker_push_s": 0.0025, "worker_pull_s": 0.0007}})
+    rows = dict(profile_rows(p))
+    assert rows["scheduler: a spin's overshoot, by spinners per core"] == "0: 0 s; 4: 3 ms"
+    assert rows["scheduler: a woken read call's wait for a core, by spinners per core"] == "0: 0 s; 4: 1 ms"
+    assert rows["the worker's calls with 4 shards at the smallest size: worker_push_s"] == "2.5 ms"
+    assert rows["the worker's calls with 4 shards at the smallest size: worker_pull_s"] == "700 us"
+
+
 def test_shown_columns_come_from_one_list_and_drop_what_was_not_measured_or_does_not_vary():
     frame = pd.DataFrame({"config_id": ["a", "b"], "repeat": [0, 0], "workers": [1, 2], "servers": [1, 1],
                           "sync": ["async", "async"], "init_io": ["parallel", "sequential"], "init_s": [1.0, 2.0],
