@@ -121,6 +121,18 @@ def reusable_profile(path: Path, identity: dict[str, Any]) -> Optional[HardwareP
     return profile if profile.identity == identity else None
 
 
+# A 1-minute load average at or above this per core when calibration starts draws a warning.
+BUSY_LOAD_PER_CORE = 0.5
+
+
+def _load_1m() -> Optional[float]:
+    """This machine's 1-minute load average (None where the platform has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _node_cores(identity: dict[str, Any]) -> int:
     """Cores of the smallest node (what the model takes for every node)."""
     return max(1, int(min((n["cpus"] for n in identity["nodes"]), default=os.cpu_count() or 1)))
@@ -257,6 +269,10 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             if out and Path(out) != cache:
                 save_profile(profile, out, atomic_write_text)
             return profile, Path(out) if out else cache, True
+        load_start = _load_1m()
+        if load_start is not None and load_start >= BUSY_LOAD_PER_CORE * (os.cpu_count() or 1):
+            progress(f"warning: the machine is busy (load average {load_start:.1f} on {os.cpu_count()} cores): "
+                     f"figures measured now come out slow; calibrate again on a quiet machine with --recalibrate")
         step_reads = None
         if with_disk:
             from testbed.calibration.reads import measure_step_reads
@@ -301,6 +317,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
     profile = HardwareProfile(
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
         disk=disk, disk_reference=reference, **figures,
+        load_average=tuple(x for x in (load_start, _load_1m()) if x is not None),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     save_profile(profile, cache, atomic_write_text)
     if out:

@@ -137,6 +137,10 @@ class HardwareProfile:
     # "worker_pull_cpu_s": ...}}): what one call more per shard adds (terms._worker_side).
     small_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     created: str = ""
+    # The 1-minute load average when calibration began and ended: figures measured on a busy
+    # machine come out slow (a calibration started while another run's processes were exiting
+    # read 4 KiB calls 50 % longer than one on a quiet machine a quarter of an hour before).
+    load_average: tuple[float, ...] = ()
     schema_version: int = PROFILE_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -173,6 +177,7 @@ class HardwareProfile:
         object.__setattr__(self, "call_costs", coerce_call_costs(self.call_costs))
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
+        object.__setattr__(self, "load_average", tuple(float(x) for x in self.load_average))
         object.__setattr__(self, "small_calls_by_shards", {
             int(k): {str(n): float(v) for n, v in figures.items()} for k, figures in self.small_calls_by_shards.items()})
         if isinstance(self.ray_cpu_per_step_s, dict):

@@ -32,6 +32,7 @@ _LABELS = {
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
     "wake_s": "a woken read call's wait for a core, by spinners per core",
     "small_calls_by_shards": "worker at the smallest size",
+    "load_average": "load average (1 min) as calibration began, ended",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
@@ -83,6 +84,8 @@ def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
         return _disk_rows(label, value)
     if isinstance(value, SizeCurve):
         return [(label, _curve_text(name, value.points))]
+    if isinstance(value, tuple) and value and all(isinstance(x, (int, float)) for x in value):
+        return [(label, ", ".join(f"{x:g}" for x in value))]
     if isinstance(value, tuple) and value and all(isinstance(p, tuple) and len(p) == 2 for p in value):
         # (key, value) points of a curve over something other than bytes: on one line
         return [(label, "; ".join(f"{k:g}: {format_figure(name, v)}" for k, v in value))]

@@ -159,3 +159,13 @@ def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
     # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
     assert sched.overshoot_at(QUICK_LOADS[-1]) > 1e-4
+
+
+def test_calibration_warns_on_a_busy_machine_and_records_the_load(ray_local, cache_dir, monkeypatch):
+    import os as os_module
+    monkeypatch.setattr(os_module, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    said = []
+    profile, _, reused = calibrate(with_disk=False, quick=True, recalibrate=True, progress=said.append)
+    assert not reused
+    assert any(line.startswith("warning: the machine is busy (load average 99.0") for line in said)
+    assert profile.load_average == (99.0, 99.0)
