@@ -317,7 +317,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
     profile = HardwareProfile(
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
         disk=disk, disk_reference=reference, **figures,
-        load_average=tuple(x for x in (load_start, _load_1m()) if x is not None),
+        load_average=(load_start,) if load_start is not None else (),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     save_profile(profile, cache, atomic_write_text)
     if out:

@@ -137,9 +137,10 @@ class HardwareProfile:
     # "worker_pull_cpu_s": ...}}): what one call more per shard adds (terms._worker_side).
     small_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     created: str = ""
-    # The 1-minute load average when calibration began and ended: figures measured on a busy
-    # machine come out slow (a calibration started while another run's processes were exiting
-    # read 4 KiB calls 50 % longer than one on a quiet machine a quarter of an hour before).
+    # The 1-minute load average when calibration began (its end says little: its own probes load
+    # the machine): figures measured on a busy machine come out slow (a calibration started while
+    # another run's processes were exiting read 4 KiB calls 50 % longer than one on a quiet
+    # machine a quarter of an hour before).
     load_average: tuple[float, ...] = ()
     schema_version: int = PROFILE_SCHEMA_VERSION
 

@@ -32,7 +32,7 @@ _LABELS = {
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
     "wake_s": "a woken read call's wait for a core, by spinners per core",
     "small_calls_by_shards": "worker at the smallest size",
-    "load_average": "load average (1 min) as calibration began, ended",
+    "load_average": "load average (1 min) as calibration began",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
