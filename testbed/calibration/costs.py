@@ -26,7 +26,7 @@ from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
-           "WORKER_FIGURES", "small_calls_from_point", "measure_small_calls"]
+           "small_calls_from_point", "measure_small_calls"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -233,7 +233,6 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None]) -> tuple[tu
 # A shard count beyond the curves', run at the smallest size only: the step a call more per
 # shard adds to the worker's figures (terms._worker_side).
 BEYOND_SHARDS = 4
-WORKER_FIGURES = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
 
 
 def small_calls_from_point(point: RunPoint, one_shard: CallCosts) -> dict[str, float]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+from testbed.model.curves import pooled_means
 from testbed.model.reads import READ_ORDERS, StepReadCosts, paused_curves
 
 __all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "sweep_cells",
@@ -63,15 +64,8 @@ def monotone_in_pause(points: Sequence[tuple[float, float, int]]) -> list[float]
     steady runs measured (docs/model.md), so a mean that says otherwise has a tail read too
     many (one read of 2.6 ms among 30 adds 80 us to their mean), and its neighbours share it.
     Returns the seconds in pause order."""
-    blocks: list[list[float]] = []  # [weighted sum, weight, count of points]
-    for _, seconds, reads in sorted(points):
-        blocks.append([seconds * reads, float(reads), 1])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, weight, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += weight
-            blocks[-1][2] += count
-    return [total / weight for total, weight, count in blocks for _ in range(int(count))]
+    ordered = sorted(points)
+    return pooled_means([seconds for _, seconds, _ in ordered], [reads for _, _, reads in ordered])
 
 
 def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[Sequence[float]],

@@ -24,7 +24,21 @@ import math
 from typing import Any, Optional, Sequence
 
 __all__ = ["SizeCurve", "CallCosts", "ReferenceCurves", "leave_one_out_residuals", "CALL_COST_CURVES",
-           "coerce_call_costs"]
+           "coerce_call_costs", "pooled_means"]
+
+
+def pooled_means(values: Sequence[float], weights: Optional[Sequence[float]] = None) -> list[float]:
+    """The non-decreasing weighted least-squares fit of ``values`` in their order (pool adjacent
+    violators): a run of values that falls is replaced by its weighted mean. Weights default to 1."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, count of values]
+    for value, weight in zip(values, weights if weights is not None else [1.0] * len(values)):
+        blocks.append([value * weight, float(weight), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, weight_sum, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += weight_sum
+            blocks[-1][2] += count
+    return [total / weight_sum for total, weight_sum, count in blocks for _ in range(int(count))]
 
 
 @dataclasses.dataclass(frozen=True)

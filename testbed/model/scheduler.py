@@ -28,26 +28,18 @@ import bisect
 import dataclasses
 from typing import Any, Optional, Sequence
 
+from testbed.model.curves import pooled_means
+
 __all__ = ["SchedulerCosts", "monotone", "load_curve_at", "coerce_scheduler"]
 
 Points = tuple[tuple[float, float], ...]
 
 
 def monotone(points: Sequence[tuple[float, float]]) -> Points:
-    """The non-decreasing least-squares fit of ``points`` (pool adjacent violators): a dip
-    between two loads is noise, so it is averaged with its neighbours."""
+    """``points`` sorted by load, their values made non-decreasing (``pooled_means``, never below
+    0): a dip between two loads is noise, so it is averaged with its neighbours."""
     pts = sorted((float(x), max(0.0, float(y))) for x, y in points)
-    blocks: list[list[float]] = []  # [sum of y, count]
-    for _, y in pts:
-        blocks.append([y, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, n = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += n
-    values: list[float] = []
-    for s, n in blocks:
-        values += [s / n] * int(n)
-    return tuple((x, v) for (x, _), v in zip(pts, values))
+    return tuple(zip((x for x, _ in pts), pooled_means([y for _, y in pts])))
 
 
 def load_curve_at(points: Points, load: float) -> float:
@@ -89,12 +81,6 @@ class SchedulerCosts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin_overshoot_s", _points("spin_overshoot_s", self.spin_overshoot_s))
         object.__setattr__(self, "wake_s", _points("wake_s", self.wake_s))
-
-    def overshoot_at(self, load: float) -> float:
-        return load_curve_at(self.spin_overshoot_s, load)
-
-    def wake_at(self, load: float) -> float:
-        return load_curve_at(self.wake_s, load)
 
 
 def coerce_scheduler(value: Optional[Any]) -> Optional[SchedulerCosts]:

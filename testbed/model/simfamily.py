@@ -112,7 +112,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         link_slice_s=t.links.shard_push_demand_s, link_worker_s=t.links.worker_bytes_s,
         link_latency_s=t.links.latency_s,
         spin_overshoot=profile.scheduler.spin_overshoot_s if profile.scheduler else (),
-        wake=profile.scheduler.wake_s if profile.scheduler and t.read_s > 0 else (),
+        wake=profile.scheduler.wake_s if profile.scheduler else (),
         read_ops=read_calls(config),
     )
 

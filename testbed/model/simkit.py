@@ -95,10 +95,6 @@ class SharedRate:
             self._occupants -= 1
             self._reschedule()
 
-    def present(self) -> int:
-        """Jobs and occupants present now (the processes wanting the resource)."""
-        return len(self._jobs) + self._occupants
-
     @property
     def occupants(self) -> int:
         """Occupants present now (on the cores: the processes spinning)."""

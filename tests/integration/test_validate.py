@@ -150,6 +150,7 @@ def test_calibration_measures_the_init_call_to_several_processes(ray_local, cach
 
 def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
     from testbed.calibration.scheduler import QUICK_LOADS
+    from testbed.model.scheduler import load_curve_at
     profile, _, _ = calibrate(with_disk=False, quick=True)
     sched = profile.scheduler
     assert sched is not None and sched.cores == profile.cores_per_node
@@ -158,7 +159,7 @@ def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
         values = [v for _, v in curve]
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
     # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
-    assert sched.overshoot_at(QUICK_LOADS[-1]) > 1e-4
+    assert load_curve_at(sched.spin_overshoot_s, QUICK_LOADS[-1]) > 1e-4
 
 
 def test_calibration_warns_on_a_busy_machine_and_records_the_load(ray_local, cache_dir, monkeypatch):
