@@ -82,6 +82,10 @@ class SimSpec:
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
     read_ops: int = 1
+    # A sync pull that shares the round's snapshot copies nothing, but its reply still carries
+    # the parameters out (serialised, or put into the object store, once per call): the copy's
+    # CPU less the memory copy (CPU, outside the lock).
+    reply_s: float = 0.0
 
 
 class Node:
@@ -196,7 +200,8 @@ class SimShard:
 
     def pull_at(self, version: int) -> Iterator[simpy.Event]:
         """Wait until ``version`` updates are applied; the first pull of a version copies the
-        parameters, the others share that snapshot. Returns the seconds waited (the barrier).
+        parameters, the others share that snapshot (and pay their reply alone, ``reply_s``).
+        Returns the seconds waited (the barrier).
         It travels with a push (``push_pull_at``): no call, so no dispatch, of its own."""
         env = self.env
         t_call = t0 = env.now
@@ -213,6 +218,11 @@ class SimShard:
                 yield from self._work(self.spec.copy_s, 0.0)
                 self._snapshot = version
                 self.busy_s += env.now - start
+            elif self.spec.reply_s > 0:
+                # Its own reply, one woken call at a time (the shard's interpreter takes them in
+                # turn): a later call's wait holds the earlier ones' replies, as the shard's
+                # record of the wait does.
+                yield self.node.cores.serve(self.spec.reply_s * self.service.factor())
         self.tally.add(PULL_SERVER, env.now - t_call - waited)
         if self.links_shaped:
             yield from self._link(self.link_out)

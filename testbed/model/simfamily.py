@@ -88,6 +88,12 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # with the push (one call, no dispatch of its own), so s_pull is the copy alone there.
     combined = bool(profile.call_costs) and _value(config.sync) != "ssp"
     copy = max(0.0, t.pull_service_s - (0.0 if combined else overhead))
+    # A sync pull sharing its round's snapshot pays the copy less the memory copy of the slice
+    # (the shard returns one snapshot to every call, each in its own reply).
+    copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
+    reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
+    copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
+    reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
     services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
@@ -114,6 +120,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         spin_overshoot=profile.scheduler.spin_overshoot_s if profile.scheduler else (),
         wake=profile.scheduler.wake_s if profile.scheduler else (),
         read_ops=read_calls(config),
+        reply_s=reply,
     )
 
 

@@ -96,6 +96,32 @@ def test_sync_lock_step_pays_the_burst_every_step(workers):
                                                 rel=1e-9)
 
 
+@pytest.mark.parametrize("workers", [2, 5, 16])
+@pytest.mark.parametrize("reply_over_apply", [0.5, 2.0])
+def test_sync_replies_of_a_shared_snapshot_take_their_turns(workers, reply_over_apply):
+    # As above, but each call that shares the round's snapshot pays its reply r, one after
+    # another: the calls go out r apart, and so the next round's pushes arrive r apart (the
+    # compute, 50 ms, outlasts the (N - 1) r of the replies). When r < a they still queue behind
+    # the applies; when r > a the applies keep up and the round ends with its last reply. Each
+    # round lasts lone + (N - 1) max(a, r), and the last one (N - 1) min(a, r) beyond.
+    import dataclasses
+    prof = profile(server_call_overhead_s=0.0)
+    cfg = config(workers=workers, sync="sync", compute={"seconds": 0.05})
+    t = step_terms(cfg, prof)
+    a = t.apply_s
+    r = reply_over_apply * a
+    spec = dataclasses.replace(sim_spec(cfg, prof, t), reply_s=r)
+    lone = simulate(dataclasses.replace(spec, workers=1)).train_s / cfg.steps
+    with_replies = simulate(spec)
+    rounds = cfg.steps * (lone + (workers - 1) * max(a, r))
+    assert with_replies.train_s == pytest.approx(rounds + (workers - 1) * min(a, r), rel=1e-9)
+    # The replies before a call's own are in its wait (the shard's record of the wait holds
+    # them); its pull holds its own reply alone (all but the call that made the copy).
+    without = simulate(dataclasses.replace(spec, reply_s=0.0))
+    assert with_replies.phases["pull"] == pytest.approx(without.phases["pull"] + (workers - 1) / workers * r,
+                                                        rel=1e-9)
+
+
 @pytest.mark.parametrize("workers", [2, 4, 8])
 def test_exponential_service_matches_exact_mva(workers):
     # No pulls, no dispatch overhead, free cores: one FCFS centre of demand a, think time
