@@ -65,8 +65,10 @@ Progress = Callable[[str], None]
 # 3: per-call cost curves across sizes and shard counts (costs.py); 4: init call; 5: Ray CPU;
 # 6: the curves are the events' plain means, tails included (costs._mean says why), and the
 # init call to k worker processes; 7: step reads after pauses (reads.py); 8: the scheduler under load
-# (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls)
-CALIBRATION_VERSION = 9
+# (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls);
+# 10: the shard answers pulls from reused buffers (actors/server.py ``_reply_copy``), which
+# changes what a pull costs it
+CALIBRATION_VERSION = 10
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

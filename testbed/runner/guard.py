@@ -44,11 +44,12 @@ def matmul_buffer_bytes(cfg: RunConfig) -> int:
 
 def config_memory_bytes(cfg: RunConfig) -> int:
     """Resident bytes the actors of one config hold: each shard its parameters and a scratch
-    buffer (2 G in all; 3 G in ``sync``, which keeps a snapshot for the pulls), each worker a
-    base gradient, a step buffer and the pulled parameters (3 G), and its matmul buffers."""
+    buffer (2 G in all) and its replies' buffers (``sync``: two round snapshots, 2 G; else one
+    per thread that has pulled: up to N + 4, the shard's threads, G each), each worker a base
+    gradient, a step buffer and the pulled parameters (3 G), and its matmul buffers."""
     g = cfg.gradient_bytes
-    shards = 3 * g if cfg.sync is SyncMode.SYNC else 2 * g
-    return shards + 3 * g * cfg.workers + matmul_buffer_bytes(cfg)
+    replies = 2 * g if cfg.sync is SyncMode.SYNC else (cfg.workers + 4) * g
+    return 2 * g + replies + 3 * g * cfg.workers + matmul_buffer_bytes(cfg)
 
 
 def events_per_config(cfg: RunConfig) -> int:

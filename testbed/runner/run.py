@@ -257,7 +257,10 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
                                wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state,
-                               network=cfg.network if cfg.network.shapes_anything else None)
+                               network=cfg.network if cfg.network.shapes_anything else None,
+                               # A pull's reply buffer per worker, touched before the run (sync's
+                               # two round snapshots are the shard's own).
+                               reply_buffers=0 if cfg.sync is SyncMode.SYNC else cfg.workers)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]

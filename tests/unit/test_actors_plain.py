@@ -100,3 +100,40 @@ def test_matmul_size_matches_flops():
 def test_initial_parameters_are_the_same_whatever_the_sharding():
     whole = initial_parameters(3, 0, 3_000_000)
     np.testing.assert_array_equal(whole[1_000_000:2_500_000], initial_parameters(3, 1_000_000, 2_500_000))
+
+
+def test_the_actors_reply_buffers_are_reused_per_thread_and_hold_each_reply():
+    # reply_buffers >= 0 (the Ray actor): a thread's pulls reuse one buffer, touched up front,
+    # and each reply holds the parameters as of its own call; another thread gets its own.
+    import threading
+
+    s = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"),
+                        reply_buffers=1)
+    assert len(s._spare) == 1
+    _, first = s.pull()
+    before = first.copy()
+    s.push(np.ones(4, dtype=np.float32), worker=0, step=0)
+    _, second = s.pull()
+    assert second is first and not s._spare        # the same buffer, from the spare
+    np.testing.assert_allclose(second, before - 1.0)
+    other = {}
+    t = threading.Thread(target=lambda: other.setdefault("p", s.pull()[1]))
+    t.start()
+    t.join()
+    assert other["p"] is not first
+    np.testing.assert_allclose(other["p"], second)
+    # A plain object (the default) answers every pull with a new array.
+    plain = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"))
+    assert plain.pull()[1] is not plain.pull()[1]
+
+
+def test_sync_rounds_alternate_two_snapshot_buffers():
+    s = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"),
+                        reply_buffers=0)
+    seen = []
+    for step in range(3):
+        _, params, _, _ = s.push_pull_at(np.ones(4, dtype=np.float32), 0, step, -1, step + 1)
+        seen.append((params, params.copy()))
+    assert seen[0][0] is seen[2][0] and seen[0][0] is not seen[1][0]
+    np.testing.assert_allclose(seen[1][1], seen[0][1] - 1.0)
+    np.testing.assert_allclose(seen[2][0], seen[1][1] - 1.0)

@@ -16,7 +16,12 @@ def test_refuses_a_gradient_too_large_for_memory_with_numbers():
 def test_accepts_what_fits():
     cfgs = expand(parse_spec({"name": "t", "workload": {"steps": 1}, "gradient_bytes": "1MiB", "workers": 4}))
     check_memory(cfgs, available_bytes=8 * 2**30)
-    assert config_memory_bytes(cfgs[0]) == 14 * 2**20
+    # the shard's parameters and scratch (2 G), reply buffers for its N + 4 threads, 3 G a worker
+    assert config_memory_bytes(cfgs[0]) == (2 + 8 + 12) * 2**20
+    # sync: the two round snapshots instead of the threads' reply buffers
+    (sync,) = expand(parse_spec({"name": "t", "workload": {"steps": 1}, "gradient_bytes": "1MiB", "workers": 4,
+                                 "sync": "sync"}))
+    assert config_memory_bytes(sync) == (2 + 2 + 12) * 2**20
 
 
 def cfgs_of(**fields):
