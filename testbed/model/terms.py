@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from testbed.config.errors import UserError
 from testbed.emulation.hosting import process_count, requested_workers_per_process
-from testbed.model.curves import CALL_COST_CURVES, CallCosts
+from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, CallCosts, at_side
 from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
@@ -253,7 +253,14 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     2-3 times the prediction; growing the whole figure along the step at every size instead
     read a 19.8 MB sync pull at 4 shards at 19.7 ms, where it measured 5.5 ms (draw
     2026120112): at large sizes the step between 1 and 2 shards is mostly the curves' noise."""
-    value = getattr(costs, name).at(m)
+    # Each of the s slices (m / s bytes) goes inline or through the object store: read the
+    # curve of c shards (its slices m / c) on that side of its own step (at c x the limit).
+    above = m / s >= INLINE_LIMIT_BYTES
+
+    def read(c: CallCosts, nbytes: float) -> float:
+        return at_side(getattr(c, name), nbytes, c.shards * INLINE_LIMIT_BYTES, above)
+
+    value = read(costs, m)
     calibrated = sorted(profile.call_costs, key=lambda c: c.shards)
     if not calibrated or s <= calibrated[-1].shards:
         return value
@@ -269,7 +276,7 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
         slope = max(0.0, (base - getattr(lo, name).at(small)) / (hi.shards - lo.shards))
     else:
         return value
-    return getattr(hi, name).at(m) + slope * (s - hi.shards)
+    return read(hi, m) + slope * (s - hi.shards)
 
 
 def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dict[str, Any]:
@@ -284,9 +291,12 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     part = m / s
     push, pull = _worker_side(profile, costs, "worker_push_s", m, s), _worker_side(profile, costs, "worker_pull_s", m, s)
     apply_cal = costs.apply_s.at(part)
+    above = part >= INLINE_LIMIT_BYTES
+    shard_push_cpu = at_side(costs.shard_push_cpu_s, part, INLINE_LIMIT_BYTES, above)
+    shard_pull_cpu = at_side(costs.shard_pull_cpu_s, part, INLINE_LIMIT_BYTES, above)
     # A shard's service can't be shorter than its apply nor longer than the call it serves.
-    s_push = min(push, max(apply_cal, costs.shard_push_cpu_s.at(part)))
-    s_pull = min(pull, costs.shard_pull_cpu_s.at(part))
+    s_push = min(push, max(apply_cal, shard_push_cpu))
+    s_pull = min(pull, shard_pull_cpu)
     remote = _transfer_bytes_per_s(config, profile)
     # Across nodes the bytes travel at the remote bandwidth instead of the local one.
     extra_net = m / remote - m / profile.transfer_bytes_per_s_local if remote != profile.transfer_bytes_per_s_local \
@@ -295,7 +305,7 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     worker_cpu = (_worker_side(profile, costs, "worker_push_cpu_s", m, s)
                   + _worker_side(profile, costs, "worker_pull_cpu_s", m, s) / k)
     # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
-    shards_cpu = s * (costs.shard_push_cpu_s.at(part) + costs.shard_pull_cpu_s.at(part) / k)
+    shards_cpu = s * (shard_push_cpu + shard_pull_cpu / k)
     emulated = float(getattr(config, "apply_seconds", 0.0)) / s
     return dict(push_transfer_s=push - s_push + extra_net, pull_transfer_s=pull - s_pull + extra_net,
                 push_service_s=s_push + emulated, apply_s=apply_cal + emulated, pull_service_s=s_pull,

@@ -254,3 +254,35 @@ def test_the_small_calls_run_is_split_like_the_one_shard_run():
     assert 10 * (got["worker_push_cpu_s"] + got["worker_pull_cpu_s"]) == pytest.approx(0.05)
     ratio = one.worker_push_cpu_s.at(4 * KIB) / one.worker_pull_cpu_s.at(4 * KIB)
     assert got["worker_push_cpu_s"] / got["worker_pull_cpu_s"] == pytest.approx(ratio)
+
+
+def test_bytes_through_the_object_store_read_the_curve_past_the_inline_limit():
+    from testbed.model.curves import INLINE_LIMIT_BYTES, at_side
+    # a step of 1 ms at the inline limit: 0.5 ms inline, 1.5 ms + 1 ns a byte past it
+    c = SizeCurve(((4 * KIB, 0.5 * MS), (64 * KIB, 0.5 * MS), (512 * KIB, 1.5 * MS + 512 * KIB * 1e-9),
+                   (2 * MIB, 1.5 * MS + 2 * MIB * 1e-9)))
+    past = 131 * KIB
+    assert at_side(c, past, INLINE_LIMIT_BYTES, True) == pytest.approx(1.5 * MS + past * 1e-9)
+    assert c.at(past) < 0.8 * MS  # across the step, the plain reading is far below either side
+    # inline bytes read the whole curve, as before; a side with one point is flat from it
+    assert at_side(c, 90 * KIB, INLINE_LIMIT_BYTES, False) == c.at(90 * KIB)
+    lone = SizeCurve(((64 * KIB, 0.5 * MS), (512 * KIB, 2 * MS)))
+    assert at_side(lone, 200 * KIB, INLINE_LIMIT_BYTES, True) == pytest.approx(2 * MS)
+
+
+def test_the_terms_read_each_slice_on_its_side_of_the_inline_limit():
+    # Two shards: the curve of 2 shards steps at 200 KiB of gradient (100 KiB slices).
+    sizes = (4 * KIB, 64 * KIB, 512 * KIB, 2 * MIB, 8 * MIB, 32 * MIB)
+
+    def stepped(name_factor):
+        return lambda b: 1.0 if b < 200 * KIB else name_factor
+
+    two = costs(shards=2, sizes=sizes, push_factor=stepped(3.0))
+    p = profile(costs(sizes=sizes), two)
+    at = lambda m: step_terms(config(servers=2, gradient_bytes=m), p)  # noqa: E731
+    push = lambda m: at(m).push_transfer_s + at(m).push_service_s  # noqa: E731
+    # 300 KiB (150 KiB slices): the 512 KiB-2 MiB segment of the stepped curve, extended down
+    expected = 3.0 * (1 * MS + 300 * KIB * 1e-9)
+    assert push(300 * KIB) == pytest.approx(expected, rel=1e-6)
+    # 150 KiB (75 KiB slices, inline): the whole curve, between 64 and 512 KiB
+    assert push(150 * KIB) == pytest.approx(two.worker_push_s.at(150 * KIB), rel=1e-6)
