@@ -217,8 +217,9 @@ def test_the_sync_barrier_runs_from_the_push_to_the_last_release_and_the_pull_is
     client = StampedClient(shards_for(cfg), r, pushed=[1 * ms, 5 * ms], waited=[10 * ms, 6 * ms], total=20 * ms)
     Worker(cfg, 0, client, r).train()
     got = {e.phase: e.duration_ns / ms for e in r.events() if e.phase in ("push", "barrier", "pull")}
-    # the stamps are taken just before the call began, so each split point is a few us late at most
-    assert got["push"] == pytest.approx(5, abs=0.2)
-    assert got["barrier"] == pytest.approx(6, abs=0.2)
-    assert got["pull"] == pytest.approx(9, abs=0.4)
-    assert sum(got.values()) == pytest.approx(20, abs=0.4)
+    # the stamps are taken just before the call began, so each split point is a few us late
+    # (more on a loaded machine: the tolerances still tell 5 from 1 and 6 from 10)
+    assert got["push"] == pytest.approx(5, abs=1.0)
+    assert got["barrier"] == pytest.approx(6, abs=1.0)
+    assert got["pull"] == pytest.approx(9, abs=1.5)
+    assert sum(got.values()) == pytest.approx(20, abs=1.5)

@@ -290,3 +290,19 @@ def test_property_simulated_prediction_is_consistent_and_never_beats_a_lone_work
     assert p.step_s >= (t.transfer_s + t.server_demand_s - dispatch) * (1 - 1e-9)
     assert 0 <= (p.server_utilization or 0) <= 1 + 1e-9
     assert p == predict(cfg, prof, ModelFamily.SIMULATED)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "normal", "lognormal", "exponential"])
+def test_the_simulated_jitter_is_each_emulated_workers_own(distribution):
+    # The emulated worker i draws its factors from default_rng([seed, 3, i]), one a step
+    # (actors/worker.py, ComputePlan.factor); the simulation draws the same ones.
+    from testbed.emulation.compute import ComputePlan
+    from testbed.model.simulation import _factors
+    cfg = config(workers=3, seed=11, compute={"seconds": 0.01, "jitter": {"distribution": distribution, "cv": 0.4}})
+    prof = profile()
+    spec = sim_spec(cfg, prof, step_terms(cfg, prof))
+    factors = _factors(spec)
+    for i in range(cfg.workers):
+        plan = ComputePlan(cfg.compute, np.random.default_rng([cfg.seed, 3, i]))
+        assert factors[i].tolist() == pytest.approx([plan.factor() for _ in range(cfg.steps)], rel=1e-12)
+    assert not np.allclose(factors[0], factors[1])
