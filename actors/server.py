@@ -67,11 +67,12 @@ class ParameterServer:
                  sleep: Callable[[float], None] = time.sleep, faults: ShardFaults = ShardFaults(),
                  checkpoint: Optional[Callable[[dict[str, Any]], None]] = None,
                  crash: Optional[Callable[[], None]] = None, links: Optional[ShardLinks] = None,
-                 reply_buffers: int = -1) -> None:
+                 reply_buffers: int = -1, sync_rounds: bool = False) -> None:
         """``links``: the shard's shaped links (None or unshaped: transfers are not shaped);
         ``reply_buffers``: -1 (a plain object) copies the parameters into a new array for every
         pull; n >= 0 (the Ray actor) copies them into reused buffers, n of them touched now
-        (``_reply_copy`` says why and when that is safe);
+        (``_reply_copy`` says why and when that is safe), and with ``sync_rounds`` (a sync run)
+        also touches the two buffers its rounds' snapshots alternate;
         ``apply_extra_s``: emulated service time added to every apply (slept under the lock,
         so it queues like real work without using a core); ``wait_timeout_s``: the longest
         ``pull_at`` waits before it gives up (a worker has failed)."""
@@ -98,7 +99,7 @@ class ParameterServer:
         # sync's snapshots: two buffers in turn (a round's snapshot is rewritten two rounds on,
         # when every reply of it has long been sent: no worker pushes round v + 2 before its
         # reply of round v + 1, which it asks for after its reply of round v came).
-        self._rounds = [self._touched(), self._touched()] if self.reply_buffers else []
+        self._rounds = [self._touched(), self._touched()] if self.reply_buffers and sync_rounds else []
         self.version = 0                 # number of updates applied so far
         self.pushes: dict[int, int] = {}  # worker -> pushes applied
         self.last_step: dict[int, int] = {}  # worker -> step of its last applied push (retries are duplicates)
@@ -213,8 +214,8 @@ class ParameterServer:
 
     def _round_copy(self) -> np.ndarray:
         """sync's snapshot of the round just completed (call under the lock): the older of
-        the two round buffers."""
-        if not self.reply_buffers:
+        the two round buffers (a new array without them)."""
+        if not self._rounds:
             return self.w.copy()
         buf = self._rounds.pop(0)
         self._rounds.append(buf)
@@ -348,10 +349,11 @@ class ServerActor:
                  run_id: str, config_id: str, repeat: int, apply_extra_s: float = 0.0,
                  wait_timeout_s: float = 300.0, faults: ShardFaults = ShardFaults(),
                  state_dir: Optional[str] = None, network: Optional[Network] = None,
-                 reply_buffers: int = 0) -> None:
+                 reply_buffers: int = 0, sync_rounds: bool = False) -> None:
         """``state_dir``: where checkpoints and a crash's record go (needed with checkpoints or a kill);
         ``network``: the run's link figures (None: unshaped); ``reply_buffers``: the pulls'
-        buffers to touch at start-up (one per worker: ``ParameterServer._reply_copy``)."""
+        buffers to touch at start-up (one per worker: ``ParameterServer._reply_copy``);
+        ``sync_rounds``: a sync run (its rounds' two snapshot buffers are touched too)."""
         import ray
         ctx = ray.get_runtime_context()
         self.identity = {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
@@ -362,7 +364,7 @@ class ServerActor:
         self.server = ParameterServer(shard=shard, lo=lo, hi=hi, seed=seed, learning_rate=learning_rate,
                                       recorder=recorder, apply_extra_s=apply_extra_s,
                                       wait_timeout_s=wait_timeout_s, faults=faults, **hooks,
-                                      reply_buffers=reply_buffers,
+                                      reply_buffers=reply_buffers, sync_rounds=sync_rounds,
                                       links=ShardLinks(f"server-{shard}", network) if network is not None else None)
         crash = load_state(crash_path(state_dir, f"server-{shard}")) if state_dir else None
         if crash is not None:  # this process is Ray's restart of one that crashed

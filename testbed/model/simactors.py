@@ -84,7 +84,7 @@ class SimSpec:
     read_ops: int = 1
     # A sync pull that shares the round's snapshot copies nothing, but its reply still carries
     # the parameters out (serialised, or put into the object store, once per call): the copy's
-    # CPU less the memory copy (CPU, outside the lock).
+    # CPU less the memory copy (CPU, under the lock: the woken calls take it in turn).
     reply_s: float = 0.0
 
 

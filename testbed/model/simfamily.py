@@ -92,8 +92,6 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # (the shard returns one snapshot to every call, each in its own reply).
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
-    copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
-    reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
     services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(

@@ -260,7 +260,8 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                network=cfg.network if cfg.network.shapes_anything else None,
                                # A pull's reply buffer per worker, touched before the run (sync's
                                # two round snapshots are the shard's own).
-                               reply_buffers=0 if cfg.sync is SyncMode.SYNC else cfg.workers)
+                               reply_buffers=0 if cfg.sync is SyncMode.SYNC else cfg.workers,
+                               sync_rounds=cfg.sync is SyncMode.SYNC)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:
                     clocks = [clock_cls.remote(cfg.workers, cfg.staleness, cfg.barrier_timeout_s)]

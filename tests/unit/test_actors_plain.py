@@ -109,7 +109,7 @@ def test_the_actors_reply_buffers_are_reused_per_thread_and_hold_each_reply():
 
     s = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"),
                         reply_buffers=1)
-    assert len(s._spare) == 1
+    assert len(s._spare) == 1 and not s._rounds    # no sync rounds asked for: no snapshot buffers
     _, first = s.pull()
     before = first.copy()
     s.push(np.ones(4, dtype=np.float32), worker=0, step=0)
@@ -129,7 +129,7 @@ def test_the_actors_reply_buffers_are_reused_per_thread_and_hold_each_reply():
 
 def test_sync_rounds_alternate_two_snapshot_buffers():
     s = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"),
-                        reply_buffers=0)
+                        reply_buffers=0, sync_rounds=True)
     seen = []
     for step in range(3):
         _, params, _, _ = s.push_pull_at(np.ones(4, dtype=np.float32), 0, step, -1, step + 1)
