@@ -117,12 +117,14 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
              progress: Optional[Callable[[str, int, int], None]] = None,
              monitor_interval_s: Optional[float] = DEFAULT_INTERVAL_S, quick_calibration: bool = False,
              plan: Optional[list[tuple[RunConfig, int]]] = None,
-             manifest_extra: Optional[dict[str, Any]] = None) -> RunFolder:
+             manifest_extra: Optional[dict[str, Any]] = None, level_check: bool = True) -> RunFolder:
     """Run ``spec`` and compare it with every model family; returns the run folder.
 
     ``quick_calibration``: fewer repetitions when a profile must be measured (smoke tests).
     ``plan``: the (config, repeat) pairs to run instead of the spec's sweep (a draw);
-    ``manifest_extra``: more fields for the manifest."""
+    ``manifest_extra``: more fields for the manifest. ``level_check``: before the first config,
+    re-measure a few calibration points in the session that runs the configs and predict at its
+    per-call cost level (``testbed.calibration.level``; about 7 s)."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if profile_path is not None:
@@ -151,9 +153,14 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
         save_profile(profile, folder.path / PROFILE_FILE, atomic_write_text)
         write_report(folder, status=status)
 
+    def check_level() -> None:
+        nonlocal profile
+        from testbed.calibration.level import measure_call_level
+        profile = measure_call_level(profile, say)
+
     return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                           deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
-                          before_settle=profile_and_report)
+                          before_settle=profile_and_report, before_runs=check_level if level_check else None)
 
 
 def date_seed(today: Optional[_dt.date] = None) -> int:
@@ -198,7 +205,10 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
                                                 "YYYYMMDD, UTC; never choose one to look good)"),
              noise: int = typer.Option(0, "--noise", help="run the first N drawn configs 5 times back to back "
                                        "(the noise floor)"),
-             large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP)) -> None:
+             large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP),
+             no_level_check: bool = typer.Option(False, "--no-level-check", help="predict at the calibration's "
+                                                 "per-call cost level, without re-measuring it in this session "
+                                                 "(saves about 7 s)")) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
 
     Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left
@@ -229,7 +239,7 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
             bar.update(task, description=label, completed=done, total=total or None)
 
         options = dict(out=out, address=address, profile_path=profile, recalibrate=recalibrate, progress=progress,
-                       monitor_interval_s=interval_s)
+                       monitor_interval_s=interval_s, level_check=not no_level_check)
         if space is None:
             folder = validate(experiment, **options)
         else:

@@ -142,6 +142,10 @@ class HardwareProfile:
     # another run's processes were exiting read 4 KiB calls 50 % longer than one on a quiet
     # machine a quarter of an hour before).
     load_average: tuple[float, ...] = ()
+    # The per-call cost level of the session the runs were made in, against the calibration's
+    # (testbed.calibration.level): the check's runs and the ratio each per-call curve was scaled
+    # by. None: the curves are the calibration's as measured.
+    call_level: Optional[dict[str, Any]] = None
     schema_version: int = PROFILE_SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -77,9 +77,20 @@ def _record_key(record: Any) -> str:
     return ", ".join(f"{f.name}={getattr(record, f.name)}" for f in fields[:2])
 
 
+def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
+    """The session's per-call level (``call_level``): each figure's ratio to the calibration
+    at the checked sizes, one row a figure."""
+    when = f" (checked {level['measured']})" if level.get("measured") else ""
+    return [(f"per-call level of the runs' session{when}: {figure}",
+             "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in rows))
+            for figure, rows in level.get("ratios", {}).items() if rows]
+
+
 def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
     if value is None or (isinstance(value, dict) and not value):
         return []  # not measured (one node: no remote bandwidth; --no-disk: no disk)
+    if name == "call_level":
+        return _level_rows(value)
     if isinstance(value, DiskProfile):
         return _disk_rows(label, value)
     if isinstance(value, SizeCurve):

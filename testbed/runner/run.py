@@ -365,7 +365,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                    deadlines: Optional[dict[str, float]] = None,
                    plan: Optional[list[tuple[RunConfig, int]]] = None,
                    manifest_extra: Optional[dict[str, Any]] = None,
-                   before_settle: Optional[Callable[[RunFolder, RunStatus], None]] = None) -> RunFolder:
+                   before_settle: Optional[Callable[[RunFolder, RunStatus], None]] = None,
+                   before_runs: Optional[Callable[[], None]] = None) -> RunFolder:
     """Run every config x repeat of ``spec`` and write a run folder; returns it.
 
     ``progress(label, done, total)`` is called before each config repeat and at the end.
@@ -377,6 +378,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     fields for the new manifest. ``before_settle(folder, status)`` runs, under the
     folder's lock, after the summary and trace and before the status ``complete`` is written
     (``testbed validate`` writes the profile and the report there, so ``complete`` comes last).
+    ``before_runs()`` runs inside the Ray session, after its checks and before the first config
+    (``testbed validate`` checks the session's per-call cost level there).
 
     The folder is locked for the whole run (one writer per folder, docs/reliability.md); the
     lock is released when this returns or raises.
@@ -441,7 +444,7 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     try:
         if todo:
             _run_todo(folder, todo, total, run_id, address, monitor_interval_s, prepare_data, progress,
-                      deadlines or {})
+                      deadlines or {}, before_runs)
         if progress:
             progress("done", total, total)
         # Inside the try: a Ctrl-C or an error while the summary and trace are written still
@@ -466,7 +469,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
 
 def _run_todo(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, run_id: str,
               address: Optional[str], monitor_interval_s: Optional[float], prepare_data: Optional[PrepareData],
-              progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float]) -> None:
+              progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float],
+              before_runs: Optional[Callable[[], None]] = None) -> None:
     """The Ray session, its checks and monitors around ``_run_all``."""
     pending = list({c.config_id: c for c, _ in todo}.values())
     store = max(object_store_bytes_needed(c) for c in pending) * 2
@@ -476,6 +480,8 @@ def _run_todo(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, 
         for cfg in pending:  # an impossible placement fails before the first config runs
             plan_placement(cfg.placement, cfg.servers, cfg.workers, *_cluster_shape(cluster))
         folder.update(cluster=[dataclasses.asdict(n) for n in cluster])
+        if before_runs is not None:
+            before_runs()
         monitors = NodeMonitors([n.node for n in cluster], monitor_interval_s) if monitor_interval_s else None
         try:
             if monitors:

@@ -1,0 +1,139 @@
+"""The per-call cost level of this Ray session, checked against the profile's curves.
+
+A Ray call's CPU cost on the 2-core VM this testbed was built on moves between Ray sessions
+by more than any other figure the model uses, while within one session it holds: the same
+single-worker run (4 KiB, one shard, pull every step, 40 steps) measured its push at 1.29, 1.10
+and 1.32 ms in one session and 2.0, 2.2 and 1.8 ms in the session before it, minutes apart on
+an idle machine (2026-12-01, 19:55-20:05); the worker's CPU per step moved with it (the cost
+is CPU, not waiting), and a pure-Python loop timed beside it did not (it is not the VM's CPU
+speed). A calibration made in one session and runs made in another then share one draw of
+that level, so every prediction of a draw erred the same way: the held-out draw 2026120119
+had every per-step phase biased low (push -27 %, pull -33 %), the calibration of 19:00 reading
+4 KiB pushes at 1.12 ms where the one of 18:00 read 1.68.
+
+``testbed validate`` therefore re-measures a few of the calibration's own points (one worker,
+one shard, pulling every step, at ``CHECK_SIZES``) in the session that runs the configs, before
+the first one, and scales the profile's per-call curves by the measured-to-calibrated ratio
+of each figure: the shape over sizes and shard counts stays the calibration's, the level is
+the session's. Ratios are read between the checked sizes linearly in log bytes (flat past
+the ends). The check and its ratios are kept with the profile (``HardwareProfile.call_level``).
+
+``measure_call_level`` needs Ray; the rest is pure.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime as _dt
+import math
+from typing import Callable, Optional
+
+from testbed.calibration.costs import RunPoint, run_point
+from testbed.model.curves import CallCosts, SizeCurve
+from testbed.model.profile import HardwareProfile
+
+__all__ = ["CHECK_SIZES", "CHECK_STEPS", "FIGURES", "level_from_points", "apply_call_level", "measure_call_level",
+           "ratio_at"]
+
+KIB, MIB = 2**10, 2**20
+# Inline (Ray passes the bytes in the call's message), past the inline limit, and large.
+CHECK_SIZES = (4 * KIB, 512 * KIB, 8 * MIB)
+CHECK_STEPS = 40
+# A check whose ratio falls outside these bounds is taken as the bound: a session can't make
+# a call 3x cheaper or dearer than calibration measured; a ratio beyond that is a broken run.
+RATIO_BOUNDS = (1 / 3, 3.0)
+
+# The figures checked, and the curves each one scales.
+FIGURES = {
+    "push": ("worker_push_s",),
+    "pull": ("worker_pull_s",),
+    "worker_cpu": ("worker_push_cpu_s", "worker_pull_cpu_s"),
+    "shard_cpu": ("shard_push_cpu_s", "shard_pull_cpu_s"),
+    "apply": ("apply_s",),
+    "step_gap": ("step_gap_s",),
+}
+_SMALL_CALLS = {"worker_push_s": "push", "worker_pull_s": "pull", "worker_push_cpu_s": "worker_cpu",
+                "worker_pull_cpu_s": "worker_cpu"}
+
+
+def _ratio(measured: float, calibrated: float) -> float:
+    if not (calibrated > 0 and measured >= 0 and math.isfinite(measured)):
+        return 1.0
+    lo, hi = RATIO_BOUNDS
+    return min(hi, max(lo, measured / calibrated))
+
+
+def level_from_points(points: list[RunPoint], one_shard: CallCosts) -> dict[str, list[list[float]]]:
+    """Per figure, ``[bytes, measured / calibrated]`` at each checked size: the points' push and
+    pull events, their processes' CPU per step (against the curves' CPU per push and per pull
+    times the calls made), their applies and their step gaps."""
+    out: dict[str, list[list[float]]] = {name: [] for name in FIGURES}
+    for p in sorted(points, key=lambda p: p.gradient_bytes):
+        b = float(p.gradient_bytes)
+        c = one_shard
+        worker = p.pushes * c.worker_push_cpu_s.at(b) + p.pulls * c.worker_pull_cpu_s.at(b)
+        shard = p.pushes * c.shard_push_cpu_s.at(b) + p.pulls * c.shard_pull_cpu_s.at(b)
+        out["push"].append([b, _ratio(p.push_s, c.worker_push_s.at(b))])
+        out["pull"].append([b, _ratio(p.pull_s, c.worker_pull_s.at(b)) if p.pulls else 1.0])
+        out["worker_cpu"].append([b, _ratio(p.worker_cpu_s, worker)])
+        out["shard_cpu"].append([b, _ratio(p.shard_cpu_s, shard)])
+        out["apply"].append([b, _ratio(p.apply_s, c.apply_s.at(b))])
+        out["step_gap"].append([b, _ratio(p.step_gap_s, c.step_gap_s.at(b))])
+    return out
+
+
+def ratio_at(rows: list[list[float]], nbytes: float) -> float:
+    """The ratio at ``nbytes``: linear in log bytes between the checked sizes, flat past them."""
+    if not rows:
+        return 1.0
+    xs = [r[0] for r in rows]
+    if nbytes <= xs[0]:
+        return rows[0][1]
+    if nbytes >= xs[-1]:
+        return rows[-1][1]
+    i = bisect.bisect_left(xs, nbytes)
+    (b0, r0), (b1, r1) = rows[i - 1], rows[i]
+    w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+    return r0 + w * (r1 - r0)
+
+
+def _scaled(curve: SizeCurve, rows: list[list[float]]) -> SizeCurve:
+    return SizeCurve(tuple((b, s * ratio_at(rows, b)) for b, s in curve.points))
+
+
+def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float]]],
+                     record: Optional[dict] = None) -> HardwareProfile:
+    """``profile`` with every per-call curve (each shard count's, and the figures beyond them)
+    scaled by its figure's ratio at each point's size; ``record`` is kept as ``call_level``."""
+    costs = []
+    for c in profile.call_costs:
+        changes = {curve: _scaled(getattr(c, curve), ratios[figure])
+                   for figure, curves in FIGURES.items() if figure in ratios for curve in curves}
+        costs.append(dataclasses.replace(c, **changes))
+    size = profile.call_costs[0].worker_push_s.lo_bytes if profile.call_costs else 0.0
+    small = {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), size) if n in _SMALL_CALLS else 1.0)
+                 for n, v in figures.items()} for k, figures in profile.small_calls_by_shards.items()}
+    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
+                               call_level=record if record is not None else {"ratios": ratios})
+
+
+def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None] = lambda s: None
+                       ) -> HardwareProfile:
+    """Run the check on the Ray this process is connected to (about 7 s) and return the profile
+    at this session's level; a profile without per-call curves comes back unchanged."""
+    one = profile.call_costs_for(1)
+    if one is None or one.shards != 1:
+        return profile
+    points = []
+    for nbytes in CHECK_SIZES:
+        progress(f"checking the per-call cost level of this session ({nbytes // KIB} KiB)")
+        points.append(run_point(nbytes, 1, 1, CHECK_STEPS))
+    ratios = level_from_points(points, one)
+    record = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "sizes": list(CHECK_SIZES), "steps": CHECK_STEPS, "ratios": ratios,
+              "runs": [{"gradient_bytes": p.gradient_bytes, "push_s": p.push_s, "pull_s": p.pull_s,
+                        "apply_s": p.apply_s, "step_gap_s": p.step_gap_s,
+                        "worker_cpu_per_step_s": p.worker_cpu_s / max(1, p.steps),
+                        "shard_cpu_per_step_s": p.shard_cpu_s / max(1, p.steps)} for p in points]}
+    return apply_call_level(profile, ratios, record)

@@ -1,0 +1,65 @@
+"""The session's per-call level (testbed.calibration.level): ratios from the check's runs
+against the curves, read between the checked sizes, and the profile scaled by them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.calibration.costs import RunPoint
+from testbed.calibration.level import CHECK_SIZES, apply_call_level, level_from_points, ratio_at
+from testbed.model.profile import HardwareProfile, profile_text
+from testbed.report.profile_rows import profile_rows
+from tests.unit.test_model_curves import KIB, MIB, costs, profile
+
+
+def point(c, nbytes: int, factor: float, steps: int = 40) -> RunPoint:
+    """What a check run at ``nbytes`` measures on a machine ``factor`` times the curves' ``c``."""
+    b = float(nbytes)
+    worker = steps * (c.worker_push_cpu_s.at(b) + c.worker_pull_cpu_s.at(b))
+    shard = steps * (c.shard_push_cpu_s.at(b) + c.shard_pull_cpu_s.at(b))
+    return RunPoint(nbytes, 1, steps, steps, steps, c.worker_push_s.at(b) * factor, c.worker_pull_s.at(b) * factor,
+                    c.apply_s.at(b) * factor, c.step_gap_s.at(b) * factor, worker * factor, shard * factor)
+
+
+def test_ratios_are_measured_over_calibrated_for_every_figure():
+    one = costs(1)
+    factors = {4 * KIB: 1.5, 512 * KIB: 1.2, 8 * MIB: 0.9}
+    ratios = level_from_points([point(one, n, f) for n, f in factors.items()], one)
+    for figure, rows in ratios.items():
+        assert [r[0] for r in rows] == [float(n) for n in CHECK_SIZES], figure
+        assert [r[1] for r in rows] == pytest.approx(list(factors.values())), figure
+
+
+def test_a_broken_check_run_is_bounded():
+    one = costs(1)
+    ratios = level_from_points([point(one, 4 * KIB, 50.0), point(one, 8 * MIB, 0.001)], one)
+    assert ratios["push"][0][1] == pytest.approx(3.0) and ratios["push"][1][1] == pytest.approx(1 / 3)
+
+
+def test_ratio_is_linear_in_log_bytes_between_checked_sizes_and_flat_past_them():
+    rows = [[4.0 * KIB, 2.0], [4.0 * MIB, 1.0]]
+    assert ratio_at(rows, 1024) == 2.0 and ratio_at(rows, 64 * MIB) == 1.0
+    assert ratio_at(rows, 128 * KIB) == pytest.approx(1.5)  # halfway in log bytes
+    assert ratio_at([], 4096) == 1.0
+
+
+def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
+    base = profile(costs(1), costs(2), small_calls_by_shards={4: {"worker_push_s": 2e-3, "worker_pull_s": 1e-3,
+                                                                  "worker_push_cpu_s": 1e-3, "worker_pull_cpu_s": 5e-4}})
+    ratios = {"push": [[4.0 * KIB, 2.0], [8.0 * MIB, 1.0]], "shard_cpu": [[4.0 * KIB, 0.5], [8.0 * MIB, 0.5]]}
+    scaled = apply_call_level(base, ratios, {"measured": "now", "ratios": ratios})
+    for old, new in zip(base.call_costs, scaled.call_costs):
+        assert new.worker_push_s.at(4 * KIB) == pytest.approx(2 * old.worker_push_s.at(4 * KIB))
+        assert new.worker_push_s.at(32 * MIB) == pytest.approx(old.worker_push_s.at(32 * MIB))
+        lo = new.shard_pull_cpu_s.lo_bytes
+        assert new.shard_pull_cpu_s.at(lo) == pytest.approx(0.5 * old.shard_pull_cpu_s.at(lo))
+        assert new.worker_pull_s == old.worker_pull_s and new.apply_s == old.apply_s  # not checked: unchanged
+    assert scaled.small_calls_by_shards[4]["worker_push_s"] == pytest.approx(4e-3)
+    assert scaled.small_calls_by_shards[4]["worker_pull_s"] == pytest.approx(1e-3)
+    # saved and loaded with the profile, and shown in its table
+    again = HardwareProfile.from_dict(json.loads(profile_text(scaled)))
+    assert again.call_level["ratios"]["push"][0] == [4.0 * KIB, 2.0]
+    rows = dict(profile_rows(again))
+    assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x2.00; 8 MiB: x1.00"
