@@ -210,6 +210,7 @@ class SimShard:
             if reached is None:
                 reached = self._reached[version] = env.event()
             yield reached
+        shared = False
         with self.lock.request() as req:
             yield req
             waited = env.now - t0
@@ -218,10 +219,15 @@ class SimShard:
                 yield from self._work(self.spec.copy_s, 0.0)
                 self._snapshot = version
                 self.busy_s += env.now - start
-            elif self.spec.reply_s > 0:
-                # Its own reply, one woken call at a time (the shard's interpreter takes them in
-                # turn): a later call's wait holds the earlier ones' replies, as the shard's
-                # record of the wait does.
+            else:
+                shared = True
+        if shared and self.spec.reply_s > 0:
+            # Its own reply, one woken call at a time (the shard's interpreter takes them in
+            # turn), after the wait: the shard records the wait until it holds the lock again
+            # and returns the snapshot after letting it go (actors/server.py ``pull_at``), so a
+            # call's turn behind the earlier replies is its pull's, not its barrier's.
+            with self.lock.request() as req:
+                yield req
                 yield self.node.cores.serve(self.spec.reply_s * self.service.factor())
         self.tally.add(PULL_SERVER, env.now - t_call - waited)
         if self.links_shaped:

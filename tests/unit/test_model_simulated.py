@@ -115,11 +115,16 @@ def test_sync_replies_of_a_shared_snapshot_take_their_turns(workers, reply_over_
     with_replies = simulate(spec)
     rounds = cfg.steps * (lone + (workers - 1) * max(a, r))
     assert with_replies.train_s == pytest.approx(rounds + (workers - 1) * min(a, r), rel=1e-9)
-    # The replies before a call's own are in its wait (the shard's record of the wait holds
-    # them); its pull holds its own reply alone (all but the call that made the copy).
+    # The replies before a call's own are in its pull, not its wait (the shard records the
+    # wait until it holds the lock again, and replies after letting it go): the k-th call to
+    # share the snapshot pulls k r longer, (N - 1) / 2 r over the N calls.
     without = simulate(dataclasses.replace(spec, reply_s=0.0))
-    assert with_replies.phases["pull"] == pytest.approx(without.phases["pull"] + (workers - 1) / workers * r,
+    assert with_replies.phases["pull"] == pytest.approx(without.phases["pull"] + (workers - 1) / 2 * r,
                                                         rel=1e-9)
+    if r < a:  # the pushes still queue behind the applies: the waits are the same
+        assert with_replies.phases["barrier"] == pytest.approx(without.phases["barrier"], rel=1e-9)
+    else:  # the replies space the next round's pushes out: the early ones wait longer for the last
+        assert with_replies.phases["barrier"] > without.phases["barrier"]
 
 
 @pytest.mark.parametrize("workers", [2, 4, 8])
