@@ -71,6 +71,21 @@ def test_every_file_of_the_run_folder_is_written_with_its_content(validated):
     assert "Status: complete;" in (path / "report.md").read_text()
 
 
+
+def test_the_per_call_level_is_checked_in_the_runs_session(validated):
+    from testbed.calibration.level import CHECK_SIZES, FIGURES
+    level = load_profile(validated.path / "profile.json").call_level
+    assert level is not None and set(level["ratios"]) == set(FIGURES)
+    for figure, rows in level["ratios"].items():
+        assert [b for b, _ in rows] == [float(n) for n in CHECK_SIZES], figure
+        assert all(1 / 3 <= r <= 3 for _, r in rows), figure
+    # the check's own runs: real pushes and pulls at each size, larger gradients slower
+    runs = level["runs"]
+    assert [r["gradient_bytes"] for r in runs] == list(CHECK_SIZES)
+    assert all(r["push_s"] > 0 and r["pull_s"] > 0 for r in runs)
+    assert runs[-1]["pull_s"] > runs[0]["pull_s"]
+    assert "per-call level of the runs' session" in (validated.path / "report.md").read_text()
+
 def test_summary_has_every_prediction_and_error_column(validated):
     summary = pd.read_csv(validated.path / "summary.csv")
     for model in MODELS:
