@@ -28,7 +28,7 @@ def sampled(ray_local, cache_dir, tmp_path_factory, request):
     space = request.config.rootpath / "tests" / "fixtures" / "small_space.yaml"
     code = main(["validate", str(space), "--sample", "3", "--seed", str(SEED), "--noise", "1",
                  "--out", str(base / "run"), "--profile", str(profile_path), "--set", f"data.dir={data_dir}",
-                 "--monitor-interval", "0"])
+                 "--monitor-interval", "0", "--no-level-check"])
     assert code == 0
     return RunFolder.open(base / "run"), space
 
@@ -47,6 +47,9 @@ def test_the_draw_is_run_and_recorded(sampled):
     assert counts == {drawn[0].config_id: 5, drawn[1].config_id: 1, drawn[2].config_id: 1}
     assert record["noise_config_ids"] == [drawn[0].config_id]
     assert summary["job_s"].to_numpy() == pytest.approx((summary["init_s"] + summary["train_s"]).to_numpy())
+    # --no-level-check: predicted at the calibration's per-call level (test_validate holds the check)
+    from testbed.model.profile import load_profile
+    assert load_profile(folder.path / "profile.json").call_level is None
 
 
 def test_distribution_csv_holds_every_familys_rows(sampled):
