@@ -81,9 +81,13 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     """The session's per-call level (``call_level``): each figure's ratio to the calibration
     at the checked sizes, one row a figure."""
     when = f" (checked {level['measured']})" if level.get("measured") else ""
-    return [(f"per-call level of the runs' session{when}: {figure}",
-             "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in rows))
-            for figure, rows in level.get("ratios", {}).items() if rows]
+    rows = [(f"per-call level of the runs' session{when}: {figure}",
+             "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points))
+            for figure, points in level.get("ratios", {}).items() if points]
+    if "level" in level:
+        rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
+                     f"x{level['level']:.2f}"))
+    return rows
 
 
 def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:

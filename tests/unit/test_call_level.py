@@ -63,3 +63,21 @@ def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
     assert again.call_level["ratios"]["push"][0] == [4.0 * KIB, 2.0]
     rows = dict(profile_rows(again))
     assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x2.00; 8 MiB: x1.00"
+
+
+def test_the_session_level_is_the_median_of_every_ratio_and_is_shown():
+    from testbed.calibration.level import session_level
+    ratios = {"push": [[4096.0, 1.5], [8.0 * MIB, 2.03]], "pull": [[4096.0, 1.36], [8.0 * MIB, 0.9]],
+              "apply": [[4096.0, 1.0]]}
+    assert session_level(ratios) == pytest.approx(1.36)
+    assert session_level({}) == 1.0
+    base = profile(costs(1))
+    level = session_level(ratios)
+    applied = {f: [[b, level] for b, _ in rows] for f, rows in ratios.items()}
+    scaled = apply_call_level(base, applied, {"measured": "now", "ratios": ratios, "level": level})
+    # every curve the applied figures name moves by the one level at every size
+    for b in (4 * KIB, 512 * KIB, 32 * MIB):
+        assert scaled.call_costs[0].worker_push_s.at(b) == pytest.approx(1.36 * base.call_costs[0].worker_push_s.at(b))
+    rows = dict(profile_rows(scaled))
+    assert rows["per-call level of the runs' session (checked now): applied to every per-call curve"] == "x1.36"
+    assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x1.50; 8 MiB: x2.03"
