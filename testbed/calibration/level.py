@@ -25,7 +25,6 @@ is the session's. The check, its ratios and the level are kept with the profile
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import datetime as _dt
 import math
@@ -35,6 +34,7 @@ from typing import Callable, Optional
 from testbed.calibration.costs import RunPoint, run_point
 from testbed.model.curves import CallCosts, SizeCurve
 from testbed.model.profile import HardwareProfile
+from testbed.model.scheduler import load_curve_at
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "FIGURES", "level_from_points", "apply_call_level", "measure_call_level",
            "ratio_at", "session_level"]
@@ -103,18 +103,11 @@ def session_level(ratios: dict[str, list[list[float]]]) -> float:
 
 
 def ratio_at(rows: list[list[float]], nbytes: float) -> float:
-    """The ratio at ``nbytes``: linear in log bytes between the checked sizes, flat past them."""
+    """The ratio at ``nbytes``: linear in log bytes between the checked sizes, flat past them
+    (the scheduler curves' clamped reading, on log bytes); 1 with no rows."""
     if not rows:
         return 1.0
-    xs = [r[0] for r in rows]
-    if nbytes <= xs[0]:
-        return rows[0][1]
-    if nbytes >= xs[-1]:
-        return rows[-1][1]
-    i = bisect.bisect_left(xs, nbytes)
-    (b0, r0), (b1, r1) = rows[i - 1], rows[i]
-    w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
-    return r0 + w * (r1 - r0)
+    return load_curve_at([(math.log(b), r) for b, r in rows], math.log(nbytes))
 
 
 def _scaled(curve: SizeCurve, rows: list[list[float]]) -> SizeCurve:
