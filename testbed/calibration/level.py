@@ -130,6 +130,18 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
                                call_level=record if record is not None else {"ratios": ratios})
 
 
+def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
+    """The ``call_level`` of a profile whose check failed: why, when, and the level the profile
+    already carried (from an earlier folder's check, or none: the calibration's own)."""
+    record: dict = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "failed": reason}
+    if previous and "level" in previous and "failed" not in previous:
+        record["carried_level"] = previous["level"]
+    elif previous and "carried_level" in previous:
+        record["carried_level"] = previous["carried_level"]
+    return record
+
+
 def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None] = lambda s: None
                        ) -> HardwareProfile:
     """Run the check on the Ray this process is connected to (about 7 s) and return the profile

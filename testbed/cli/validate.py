@@ -155,19 +155,29 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 
     def check_level() -> None:
         nonlocal profile
-        from testbed.calibration.level import measure_call_level
-        try:
-            profile = measure_call_level(profile, say)
-        except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
-            # The check is the model's input, not the experiment: a failed check loses nothing the
-            # runs record; they are predicted at the calibration's level, and the report says so
-            # (no per-call level row in its profile table).
-            say(f"warning: the per-call level check failed ({type(err).__name__}: {err}); "
-                f"predicting at the calibration's level")
+        profile = profile_at_session_level(profile, say)
 
     return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                           deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
                           before_settle=profile_and_report, before_runs=check_level if level_check else None)
+
+
+def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None],
+                             measure: Optional[Callable[..., HardwareProfile]] = None) -> HardwareProfile:
+    """``profile`` at the per-call level of the Ray session this process is connected to
+    (``testbed.calibration.level``); when the check fails, ``profile`` unchanged with the failure
+    kept as its ``call_level`` and a warning said."""
+    from testbed.calibration.level import failed_level_record, measure_call_level
+    try:
+        return (measure or measure_call_level)(profile, say)
+    except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
+        # The check is the model's input, not the experiment: a failed check loses nothing the
+        # runs record; they are predicted at the level the profile already had. The failure is
+        # kept in the profile the folder saves, so the report's profile table says it (a
+        # progress line alone is overwritten by the next config's).
+        reason = f"{type(err).__name__}: {err}"
+        say(f"warning: the per-call level check failed ({reason}); predicting at the profile's level")
+        return dataclasses.replace(profile, call_level=failed_level_record(reason, profile.call_level))
 
 
 def date_seed(today: Optional[_dt.date] = None) -> int:

@@ -81,6 +81,11 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     """The session's per-call level (``call_level``): each figure's ratio to the calibration
     at the checked sizes, one row a figure."""
     when = f" (checked {level['measured']})" if level.get("measured") else ""
+    if "failed" in level:
+        carried = level.get("carried_level")
+        at = f"the profile's earlier check, x{carried:.2f}" if carried is not None else "the calibration's"
+        return [(f"per-call level of the runs' session{when}",
+                 f"check failed ({level['failed']}); predicted at {at} level")]
     rows = [(f"per-call level of the runs' session{when}: {figure}",
              "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points))
             for figure, points in level.get("ratios", {}).items() if points]

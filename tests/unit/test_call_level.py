@@ -3,6 +3,7 @@ against the curves, read between the checked sizes, and the profile scaled by th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -81,3 +82,24 @@ def test_the_session_level_is_the_median_of_every_ratio_and_is_shown():
     rows = dict(profile_rows(scaled))
     assert rows["per-call level of the runs' session (checked now): applied to every per-call curve"] == "x1.36"
     assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x1.50; 8 MiB: x2.03"
+
+
+def test_a_failed_check_is_kept_in_the_profile_and_shown():
+    from testbed.cli.validate import profile_at_session_level
+
+    def broken(profile, say):
+        raise RuntimeError("the actor died")
+    said = []
+    base = profile(costs(1))
+    after = profile_at_session_level(base, said.append, measure=broken)
+    assert after.call_costs == base.call_costs  # predicted at the profile's own level
+    assert after.call_level["failed"] == "RuntimeError: the actor died"
+    assert any(line.startswith("warning: the per-call level check failed") for line in said)
+    rows = dict(profile_rows(HardwareProfile.from_dict(json.loads(profile_text(after)))))
+    [(label, text)] = [(k, v) for k, v in rows.items() if k.startswith("per-call level")]
+    assert "check failed (RuntimeError: the actor died)" in text and "the calibration's level" in text
+    # a profile already checked by an earlier folder: its level is the one predicted at, and said
+    checked = dataclasses.replace(base, call_level={"measured": "then", "ratios": {}, "level": 1.4})
+    again = profile_at_session_level(checked, said.append, measure=broken)
+    assert again.call_level["carried_level"] == 1.4
+    assert any("earlier check, x1.40" in v for k, v in profile_rows(again) if k.startswith("per-call level"))
