@@ -128,24 +128,37 @@ def test_report_regenerates_the_same_tables_from_the_folder_alone(validated):
         pd.testing.assert_frame_equal(pd.read_csv(validated.path / name), frame, check_exact=False, rtol=1e-9)
 
 
-def test_calibration_is_cached_per_machine(ray_local, cache_dir):
-    first, path, reused = calibrate(with_disk=False, quick=True)
+def _quick(validated, **options):
+    """The quick calibration the validated run made (from the module's cache, measured when
+    that run was not made first): each calibration here costs half a minute."""
+    data_dir = RunFolder.open(validated.path).manifest["spec"]["data"]["dir"]
+    return calibrate(data_dir=data_dir, quick=True, **options)
+
+
+def test_calibration_is_cached_per_machine_and_warns_on_a_busy_one(validated, cache_dir, monkeypatch):
+    first, path, reused = _quick(validated)
     assert path.parent == cache_dir / "profiles"
-    again, path2, reused2 = calibrate(with_disk=False, quick=True)
+    again, path2, reused2 = _quick(validated)
     assert reused2 and path2 == path and again == first
     inode = path.stat().st_ino
-    fresh, path3, reused3 = calibrate(with_disk=False, quick=True, recalibrate=True)
+    # measured again on a machine that says it is busy: a warning, and the load recorded
+    import os as os_module
+    monkeypatch.setattr(os_module, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    said = []
+    fresh, path3, reused3 = _quick(validated, recalibrate=True, progress=said.append)
+    assert any(line.startswith("warning: the machine is busy (load average 99.0") for line in said)
+    assert fresh.load_average == (99.0,)
     # measured again and the cache rewritten (a new file, replaced atomically), not the old one returned
     assert not reused3 and path3 == path and path.stat().st_ino != inode
     assert load_profile(path) == fresh
-    cached, _, reused4 = calibrate(with_disk=False, quick=True)
+    cached, _, reused4 = _quick(validated)
     assert reused4 and cached == fresh
 
 
-def test_calibration_measures_per_call_curves_across_sizes_and_shards(ray_local, cache_dir):
+def test_calibration_measures_per_call_curves_across_sizes_and_shards(validated, cache_dir):
     from testbed.calibration.costs import SHARDS, SIZES_BYTES
     from testbed.model.curves import CALL_COST_CURVES
-    profile, _, _ = calibrate(with_disk=False, quick=True)
+    profile, _, _ = _quick(validated)
     assert [c.shards for c in profile.call_costs] == list(SHARDS)
     for costs in profile.call_costs:
         for name in CALL_COST_CURVES:
@@ -158,18 +171,18 @@ def test_calibration_measures_per_call_curves_across_sizes_and_shards(ray_local,
     assert profile.reference_curves is not None and len(profile.reference_curves.copy_s.points) == len(SIZES_BYTES)
 
 
-def test_calibration_measures_the_init_call_to_several_processes(ray_local, cache_dir):
-    profile, _, _ = calibrate(with_disk=False, quick=True)
+def test_calibration_measures_the_init_call_to_several_processes(validated, cache_dir):
+    profile, _, _ = _quick(validated)
     fanout = profile.init_fanout_s_by_actors
     assert sorted(fanout) == [2, 4]  # the quick start-up counts
     assert all(0 < s < 1 for s in fanout.values())
     assert profile.init_call_s is not None and profile.init_call_s > 0
 
 
-def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
+def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
     from testbed.calibration.scheduler import QUICK_LOADS
     from testbed.model.scheduler import load_curve_at
-    profile, _, _ = calibrate(with_disk=False, quick=True)
+    profile, _, _ = _quick(validated)
     sched = profile.scheduler
     assert sched is not None and sched.cores == profile.cores_per_node
     for curve in (sched.spin_overshoot_s, sched.wake_s):
@@ -178,13 +191,3 @@ def test_calibration_measures_the_scheduler_under_load(ray_local, cache_dir):
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
     # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
     assert load_curve_at(sched.spin_overshoot_s, QUICK_LOADS[-1]) > 1e-4
-
-
-def test_calibration_warns_on_a_busy_machine_and_records_the_load(ray_local, cache_dir, monkeypatch):
-    import os as os_module
-    monkeypatch.setattr(os_module, "getloadavg", lambda: (99.0, 99.0, 99.0))
-    said = []
-    profile, _, reused = calibrate(with_disk=False, quick=True, recalibrate=True, progress=said.append)
-    assert not reused
-    assert any(line.startswith("warning: the machine is busy (load average 99.0") for line in said)
-    assert profile.load_average == (99.0,)
