@@ -13,8 +13,8 @@ from testbed.runner.run import run_config, run_experiment
 pytestmark = pytest.mark.integration
 
 
-def cfg(tmp_path, **data):
-    spec = parse_spec({"name": "io", "workload": {"steps": 3, "dataset_bytes": "24MiB", "sample_bytes": "4KiB",
+def cfg(tmp_path, dataset="24MiB", **data):
+    spec = parse_spec({"name": "io", "workload": {"steps": 3, "dataset_bytes": dataset, "sample_bytes": "4KiB",
                                                    "minibatch": 4},
                        "compute": {"seconds": "1ms"}, "gradient_bytes": "4KiB",
                        "data": {"dir": str(tmp_path / "data"), "file_bytes": "4MiB", **data},
@@ -47,14 +47,16 @@ def test_sequential_init_reads_one_after_another(ray_local, tmp_path):
 
 
 def test_parallel_init_reads_overlap_and_shards_split_the_data(ray_local, tmp_path):
-    _, large = cfg(tmp_path, init_io="parallel", partition="shard")
+    # 32 MiB a worker: each read lasts well beyond the few ms between the three workers' starts
+    # (with 8 MiB each a fast disk read them in ~3 ms, and a loaded machine started them 5 ms apart)
+    _, large = cfg(tmp_path, dataset="96MiB", init_io="parallel", partition="shard")
     out = run_config(large, 0, "t")
     reads = intervals(out)
     latest_start = max(s for s, _, _ in reads)
     earliest_end = min(e for _, e, _ in reads)
     assert latest_start < earliest_end, "parallel reads did not overlap"
     read_bytes = [b for p, b in zip(out.columns["phase"], out.columns["bytes"]) if p == "init_read"]
-    assert sum(read_bytes) == 24 * 2**20
+    assert sum(read_bytes) == 96 * 2**20 and len(read_bytes) == 3
 
 
 def test_step_reads_are_timed_every_step(ray_local, tmp_path):
