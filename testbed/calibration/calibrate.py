@@ -43,7 +43,6 @@ from testbed.calibration.costs import (
     SIZES_BYTES,
     init_call_from_points,
     measure_call_costs,
-    measure_large_calls,
     measure_small_calls,
     ray_cpu_from_points,
 )
@@ -68,9 +67,8 @@ Progress = Callable[[str], None]
 # init call to k worker processes; 7: step reads after pauses (reads.py); 8: the scheduler under load
 # (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls);
 # 10: the shard answers pulls from reused buffers (actors/server.py ``_reply_copy``), which
-# changes what a pull costs it; 11: the same at 2 MiB, slices past the inline limit
-# (costs.measure_large_calls)
-CALIBRATION_VERSION = 11
+# changes what a pull costs it
+CALIBRATION_VERSION = 10
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -239,7 +237,6 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         ray.kill(a)
     costs, points = measure_call_costs(quick, progress)
     small_calls = measure_small_calls(costs, quick, progress)
-    large_calls = measure_large_calls(costs, quick, progress)
     setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                                    progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
@@ -249,8 +246,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout,
-        "call_costs": costs, "small_calls_by_shards": small_calls,
-        "large_calls_by_shards": large_calls, "init_call_s": init_call_from_points(points),
+        "call_costs": costs, "small_calls_by_shards": small_calls, "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }
@@ -316,9 +312,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             progress(str(err))
         else:
             progress("disk (fio, for reference)")
-            # Half a second a job count: the reference is shown beside the reader's figures, not
-            # fed to the model, and the time pays for the 4-shard run past the inline limit.
-            reference = calibrate_disk(target, file_bytes=size, runtime_s=0.5, max_jobs=8, method="fio",
+            reference = calibrate_disk(target, file_bytes=size, runtime_s=runtime_s, max_jobs=8, method="fio",
                                        progress=progress)
     cores = _node_cores(identity)
     figures.pop("details")

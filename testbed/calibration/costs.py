@@ -26,7 +26,7 @@ from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
-           "small_calls_from_point", "measure_small_calls", "BEYOND_LARGE_BYTES", "measure_large_calls"]
+           "small_calls_from_point", "measure_small_calls"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -252,18 +252,3 @@ def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool,
     progress(f"per-call costs at {size // KIB} KiB with {BEYOND_SHARDS} shards")
     point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick))
     return {BEYOND_SHARDS: small_calls_from_point(point, costs[0])}
-
-
-# A size whose slices at BEYOND_SHARDS shards (512 KiB) are past Ray's inline limit, where the
-# curves at 1 and 2 shards are measured too.
-BEYOND_LARGE_BYTES = 2 * MIB
-
-
-def measure_large_calls(costs: tuple[CallCosts, ...], quick: bool,
-                        progress: Callable[[str], None]) -> dict[int, dict[str, float]]:
-    """One run at BEYOND_SHARDS shards at BEYOND_LARGE_BYTES (about 3 s): the worker's figures
-    (as ``small_calls_from_point``'s, at that size) and the size."""
-    size = BEYOND_LARGE_BYTES
-    progress(f"per-call costs at {size // MIB} MiB with {BEYOND_SHARDS} shards")
-    point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick))
-    return {BEYOND_SHARDS: {"gradient_bytes": float(size), **small_calls_from_point(point, costs[0])}}

@@ -126,11 +126,7 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
     size = profile.call_costs[0].worker_push_s.lo_bytes if profile.call_costs else 0.0
     small = {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), size) if n in _SMALL_CALLS else 1.0)
                  for n, v in figures.items()} for k, figures in profile.small_calls_by_shards.items()}
-    large = {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), figures["gradient_bytes"])
-                         if n in _SMALL_CALLS else 1.0)
-                 for n, v in figures.items()} for k, figures in profile.large_calls_by_shards.items()}
     return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
-                               large_calls_by_shards=large,
                                call_level=record if record is not None else {"ratios": ratios})
 
 

@@ -136,10 +136,6 @@ class HardwareProfile:
     # ({shards: {"worker_push_s": ..., "worker_pull_s": ..., "worker_push_cpu_s": ...,
     # "worker_pull_cpu_s": ...}}): what one call more per shard adds (terms._worker_side).
     small_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
-    # The same figures at a size whose slices go through the object store at those counts
-    # ({shards: {"gradient_bytes": ..., "worker_push_s": ..., ...}}): the step per call more
-    # when each is past Ray's inline limit. Empty (profiles before it): the small step is used.
-    large_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     created: str = ""
     # The 1-minute load average when calibration began (its end says little: its own probes load
     # the machine): figures measured on a busy machine come out slow (a calibration started while
@@ -187,9 +183,8 @@ class HardwareProfile:
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
         object.__setattr__(self, "load_average", tuple(float(x) for x in self.load_average))
-        for name in ("small_calls_by_shards", "large_calls_by_shards"):
-            object.__setattr__(self, name, {int(k): {str(n): float(v) for n, v in figures.items()}
-                                            for k, figures in getattr(self, name).items()})
+        object.__setattr__(self, "small_calls_by_shards", {
+            int(k): {str(n): float(v) for n, v in figures.items()} for k, figures in self.small_calls_by_shards.items()})
         if isinstance(self.ray_cpu_per_step_s, dict):
             object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 

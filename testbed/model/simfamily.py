@@ -93,16 +93,6 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
     services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
-    # One worker's push, as calibrated, already holds what its S shards' services cost when more
-    # of them than cores run at once: a one-worker run at S shards on K cores measured them
-    # stretched S / K. The simulation shares its cores among the shards itself, so the worker's
-    # side of the push is the figure less that stretch, or it is counted twice (draws
-    # 2026120120-22: every one- and two-worker config of 3-4 shards at inline sizes read its push
-    # 10-84 % long, the simulation 0.9-1.7 ms over the terms it was given). The same for the
-    # pull's copies did not help the pulls (docs/model.md) and is not made.
-    stretch = max(0.0, s / max(1, profile.cores_per_node) - 1.0)
-    push_side = max(0.0, t.push_transfer_s - stretch * (overhead + apply_cpu))
-    pull_side = t.pull_transfer_s
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
@@ -110,8 +100,8 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         compute_mode=_value(config.compute.mode), jitter_distribution=t.jitter_distribution,
         jitter_cv=t.jitter_cv, read_s=t.read_s, read_multipliers=t.read_rate_multipliers,
         fill_s=t.worker_extra_s,
-        push_cpu_s=cpu_share * push_side, push_wire_s=(1 - cpu_share) * push_side,
-        pull_cpu_s=cpu_share * pull_side, pull_wire_s=(1 - cpu_share) * pull_side,
+        push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
+        pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
         # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own
         # processes' work for the step: it runs meanwhile, nobody waits for it, it takes the cores.

@@ -245,12 +245,6 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     linear up to it and along it beyond; without one, it is the step between the two largest
     calibrated counts.
 
-    Slices past Ray's inline limit take the step measured where they are past it
-    (``large_calls_by_shards``: 4 shards at 2 MiB), read the same way: by hand, a 2 MiB push took
-    4.69 ms at 2 shards and 9.96 ms at 4 (2.6 ms a shard), where the step at the smallest size
-    said 1.0-1.5; on draws 2026120120-22 every config of 3-4 shards with slices past the limit
-    and up to 7 workers read its push 12-56 % short and its pull 10-62 % short.
-
     Why measured: the step from 1 to 2 shards (the rule before) is not the step from 2 to 4.
     Draw 2026120115 read pushes with 3 and 4 shards at 4-43 KiB 32-113 % long (six configs, the
     pulls 1-79 %), where 2 shards' curves read them within -24..+20 %: going from one call to
@@ -263,27 +257,14 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     # curve of c shards (its slices m / c) on that side of its own step (at c x the limit).
     above = m / s >= INLINE_LIMIT_BYTES
 
-    def read_side(c: CallCosts, nbytes: float, past: bool) -> float:
-        return at_side(getattr(c, name), nbytes, c.shards * INLINE_LIMIT_BYTES, past)
-
     def read(c: CallCosts, nbytes: float) -> float:
-        return read_side(c, nbytes, above)
+        return at_side(getattr(c, name), nbytes, c.shards * INLINE_LIMIT_BYTES, above)
 
     value = read(costs, m)
     calibrated = sorted(profile.call_costs, key=lambda c: c.shards)
     if not calibrated or s <= calibrated[-1].shards:
         return value
     hi = calibrated[-1]
-    # Slices past the inline limit: each call more goes through the object store, a fixed cost
-    # of its own per call (the bytes, M in all, stay the same): the step measured at a size
-    # whose slices are past the limit at the larger count (``large_calls_by_shards``).
-    large = sorted((k, f) for k, f in profile.large_calls_by_shards.items()
-                   if k > hi.shards and name in f and f.get("gradient_bytes", 0) / k >= INLINE_LIMIT_BYTES)
-    if above and large:
-        k, figures = large[0]
-        size = figures["gradient_bytes"]
-        slope = max(0.0, (figures[name] - read_side(hi, size, size / hi.shards >= INLINE_LIMIT_BYTES)) / (k - hi.shards))
-        return read(hi, m) + slope * (s - hi.shards)
     small = getattr(hi, name).lo_bytes
     base = getattr(hi, name).at(small)
     beyond = sorted((k, f[name]) for k, f in profile.small_calls_by_shards.items() if k > hi.shards and name in f)

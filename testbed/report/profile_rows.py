@@ -32,14 +32,12 @@ _LABELS = {
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
     "wake_s": "a woken read call's wait for a core, by spinners per core",
     "small_calls_by_shards": "worker at the smallest size",
-    "large_calls_by_shards": "worker with slices past the inline limit",
     "load_average": "load average (1 min) as calibration began",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
                  "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
-                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size",
-                 "large_calls_by_shards": "the worker's calls with {key} shards, slices past the inline limit"}
+                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
 _NOT_FIGURES = {"identity", "created", "schema_version"}
 

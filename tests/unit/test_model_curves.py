@@ -244,44 +244,6 @@ def test_a_measured_step_beyond_the_curves_replaces_the_one_between_the_two_larg
     assert again.small_calls_by_shards == p.small_calls_by_shards
 
 
-def test_slices_past_the_inline_limit_take_the_step_measured_past_it():
-    # Calibration also ran 4 shards at 2 MiB (512 KiB slices, past the limit): the push took
-    # 2.2 x the 2-shard curve there. Configs whose slices are past the limit grow by that step
-    # a shard; configs whose slices are inline keep the small step; old profiles the small one.
-    from testbed.model.terms import INLINE_LIMIT_BYTES
-    one, two = costs(1), costs(2, push_factor=lambda b: 1.5)
-    small = one.worker_push_s.lo_bytes
-    names = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
-    small_figures = {name: getattr(two, name).at(small) for name in names}
-    small_figures["worker_push_s"] *= 1.6
-    size = 2 * MIB
-    large = {"gradient_bytes": float(size), **{name: getattr(two, name).at(size) for name in names}}
-    large["worker_push_s"] *= 2.2
-    p = dataclasses.replace(profile(one, two), small_calls_by_shards={4: small_figures},
-                            large_calls_by_shards={4: large})
-    large_step = 1.2 * two.worker_push_s.at(size) / 2
-    small_step = 0.6 * two.worker_push_s.at(small) / 2
-    for m in (4 * MIB, 8 * MIB):  # slices of 1-2 MiB at 4 shards, 1.3-2.7 MiB at 3
-        for s in (3, 4):
-            t = step_terms(config(servers=s, gradient_bytes=m), p)
-            assert t.push_transfer_s + t.push_service_s == pytest.approx(two.worker_push_s.at(m) + large_step * (s - 2))
-    m = 128 * KIB  # 32 KiB slices at 4 shards: inline, the small step
-    assert m / 4 < INLINE_LIMIT_BYTES
-    t = step_terms(config(servers=4, gradient_bytes=m), p)
-    assert t.push_transfer_s + t.push_service_s == pytest.approx(two.worker_push_s.at(m) + small_step * 2)
-    # without the large run (profiles before it) past-limit slices take the small step
-    old = dataclasses.replace(p, large_calls_by_shards={})
-    t = step_terms(config(servers=4, gradient_bytes=4 * MIB), old)
-    assert t.push_transfer_s + t.push_service_s == pytest.approx(two.worker_push_s.at(4 * MIB) + small_step * 2)
-    # saved and read back; scaled by the session's level like the small figures
-    again = HardwareProfile.from_dict(json.loads(json.dumps(p.to_dict())))
-    assert again.large_calls_by_shards == p.large_calls_by_shards
-    from testbed.calibration.level import apply_call_level
-    scaled = apply_call_level(p, {"push": [[4.0 * KIB, 1.5], [8.0 * MIB, 1.5]]})
-    assert scaled.large_calls_by_shards[4]["worker_push_s"] == pytest.approx(1.5 * large["worker_push_s"])
-    assert scaled.large_calls_by_shards[4]["gradient_bytes"] == size
-
-
 def test_the_small_calls_run_is_split_like_the_one_shard_run():
     from testbed.calibration.costs import RunPoint, small_calls_from_point
     one = costs(1)

@@ -311,20 +311,3 @@ def test_the_simulated_jitter_is_each_emulated_workers_own(distribution):
         plan = ComputePlan(cfg.compute, np.random.default_rng([cfg.seed, 3, i]))
         assert factors[i].tolist() == pytest.approx([plan.factor() for _ in range(cfg.steps)], rel=1e-12)
     assert not np.allclose(factors[0], factors[1])
-
-
-@pytest.mark.parametrize("servers", [3, 4])
-def test_one_worker_on_more_shards_than_cores_pushes_in_the_calibrated_time(servers):
-    # The calibrated one-worker push at S shards already holds the S services stretched over
-    # the K cores; the simulation shares the cores itself, so it is given the figure less that
-    # stretch and one worker's simulated push is the figure again, not the figure plus it.
-    from tests.unit.test_model_curves import config as curves_config
-    from tests.unit.test_model_curves import costs, profile
-    p = profile(costs(1), costs(2))
-    cfg = curves_config(servers=servers, gradient_bytes=64 * 2**10)
-    t = step_terms(cfg, p)
-    spec = sim_spec(cfg, p, t)
-    stretch = servers / p.cores_per_node - 1
-    assert spec.push_cpu_s + spec.push_wire_s == pytest.approx(t.push_transfer_s - stretch * t.push_service_s)
-    sim = predict(cfg, p, ModelFamily.SIMULATED)
-    assert sim.push_s == pytest.approx(t.push_transfer_s + t.push_service_s, rel=0.02)
