@@ -135,10 +135,11 @@ def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
     already carried (from an earlier folder's check, or none: the calibration's own)."""
     record: dict = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "failed": reason}
-    if previous and "level" in previous and "failed" not in previous:
-        record["carried_level"] = previous["level"]
-    elif previous and "carried_level" in previous:
-        record["carried_level"] = previous["carried_level"]
+    previous = previous or {}
+    # A checked profile has "level"; a failed one has none, only what it carried.
+    carried = previous.get("level", previous.get("carried_level"))
+    if carried is not None:
+        record["carried_level"] = carried
     return record
 
 

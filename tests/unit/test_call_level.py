@@ -102,4 +102,6 @@ def test_a_failed_check_is_kept_in_the_profile_and_shown():
     checked = dataclasses.replace(base, call_level={"measured": "then", "ratios": {}, "level": 1.4})
     again = profile_at_session_level(checked, said.append, measure=broken)
     assert again.call_level["carried_level"] == 1.4
+    # failing again on that folder's profile still says the level it carries
+    assert profile_at_session_level(again, said.append, measure=broken).call_level["carried_level"] == 1.4
     assert any("earlier check, x1.40" in v for k, v in profile_rows(again) if k.startswith("per-call level"))
