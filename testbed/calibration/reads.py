@@ -19,7 +19,10 @@ every round of the budget, and the sizes cost almost nothing.
 Means, not trimmed means or medians: the model predicts a read's mean, and a read after a
 pause has a long tail (a read preempted for a few ms is part of what a worker's read costs on
 a shared machine). The mean of 30 such reads is noisy, so the wake-ups are then made
-non-decreasing in the pause (``monotone_in_pause``). ``step_reads_from_sweep`` is pure;
+non-decreasing in the pause (``monotone_in_pause``), and the back-to-back means
+non-decreasing in the size (``monotone_in_size``: 40 reads of 4 KiB and of 64 KiB cost about
+the same, and a tail read among the first once made the larger the faster, so a step's read of
+32 KiB came out below one of 4 KiB). ``step_reads_from_sweep`` is pure;
 ``measure_step_reads`` needs Ray.
 """
 
@@ -32,7 +35,7 @@ from testbed.model.curves import pooled_means
 from testbed.model.reads import READ_ORDERS, StepReadCosts, paused_curves
 
 __all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "sweep_cells",
-           "step_reads_from_sweep", "monotone_in_pause", "measure_step_reads"]
+           "step_reads_from_sweep", "monotone_in_pause", "monotone_in_size", "measure_step_reads"]
 
 KIB, MIB = 2**10, 2**20
 # A 4 KiB sample, a small minibatch and a reader's block (16 times apart): a step's read lies
@@ -68,6 +71,19 @@ def monotone_in_pause(points: Sequence[tuple[float, float, int]]) -> list[float]
     return pooled_means([seconds for _, seconds, _ in ordered], [reads for _, _, reads in ordered])
 
 
+def monotone_in_size(means: dict[tuple[str, int], tuple[float, int]]) -> dict[tuple[str, int], float]:
+    """Back-to-back means ``{(order, bytes): (seconds, reads)}`` made non-decreasing in the size,
+    per order, by pooling adjacent violators (weighted by their reads): a larger contiguous read
+    never costs less than a smaller one of the same order, so a mean that says otherwise holds a
+    tail read, and its neighbours share it. Returns ``{(order, bytes): seconds}``."""
+    out: dict[tuple[str, int], float] = {}
+    for order in sorted({o for o, _ in means}):
+        keys = sorted(k for k in means if k[0] == order)
+        pooled = pooled_means([means[k][0] for k in keys], [means[k][1] for k in keys])
+        out.update(zip(keys, pooled))
+    return out
+
+
 def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[Sequence[float]],
                           paused_cells: Sequence[tuple[str, int, float]], paused_s: Sequence[Sequence[float]], *,
                           block_bytes: int, directory: str, pause_kind: str = "sleep",
@@ -75,8 +91,9 @@ def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[
     """The paused-read curves from the sweep's seconds (see the module doc): per order, the
     back-to-back means (pause 0) and, per pause, those means plus the wake-up measured at the
     paused size (its paused mean less its back-to-back mean, never below 0, and never smaller
-    after a longer pause: ``monotone_in_pause``)."""
-    hot = {(order, n): _mean(xs) for (order, n), xs in zip(hot_cells, hot_s) if xs}
+    after a longer pause: ``monotone_in_pause``); the back-to-back means never smaller at a
+    larger size (``monotone_in_size``)."""
+    hot = monotone_in_size({(order, n): (_mean(xs), len(xs)) for (order, n), xs in zip(hot_cells, hot_s) if xs})
     rows = [(order, 0.0, n, t) for (order, n), t in hot.items()]
     for order in READ_ORDERS:
         wakes = [(pause, max(0.0, _mean(xs) - hot[o, n]), len(xs))

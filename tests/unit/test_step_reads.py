@@ -183,3 +183,24 @@ def test_the_sweeps_wake_ups_are_pooled_when_out_of_order():
                               block_bytes=MIB, directory="d")
     assert c.read_s("sequential", 4 * KIB, 0.02) == pytest.approx(500 * US)
     assert c.read_s("sequential", 4 * KIB, 0.1) == pytest.approx(500 * US)
+
+
+def test_a_larger_read_never_costs_less_than_a_smaller_one():
+    from testbed.calibration.reads import monotone_in_size
+    # a tail read among 40 lifted the 4 KiB mean above the 64 KiB one: the two share their reads
+    pooled = monotone_in_size({("sequential", 4 * KIB): (370 * US, 40), ("sequential", 64 * KIB): (350 * US, 40),
+                               ("sequential", MIB): (900 * US, 40), ("random", 4 * KIB): (60 * US, 40)})
+    assert pooled == pytest.approx({("sequential", 4 * KIB): 360 * US, ("sequential", 64 * KIB): 360 * US,
+                                    ("sequential", MIB): 900 * US, ("random", 4 * KIB): 60 * US})
+    # and the curves the sweep makes: a step's read of 8 sequential samples (one 32 KiB range
+    # after the pause) never below one of a single sample after the same pause
+    hot_cells, paused_cells = sweep_cells((0.02,))
+    raw = {4 * KIB: 370, 64 * KIB: 350, MIB: 900}
+    hot_s = [[raw[n] * US] * 40 for _, n in hot_cells]
+    paused_s = [[500 * US] * 30 for _ in paused_cells]
+    c = step_reads_from_sweep(hot_cells, hot_s, paused_cells, paused_s, block_bytes=MIB, directory="d")
+    for order in ("sequential", "random"):
+        assert c.step_read_s(order, 4 * KIB, 8, 0.02) >= c.read_s(order, 4 * KIB, 0.02)
+        assert c.read_s(order, 64 * KIB, 0.0) >= c.read_s(order, 4 * KIB, 0.0)
+    # the paused sample keeps its measured mean
+    assert c.read_s("sequential", 4 * KIB, 0.02) == pytest.approx(500 * US)
