@@ -17,7 +17,9 @@ cannot show, both measured on the 2-core machine of docs/model.md with k process
 measured, per core. Calibration measures them (``testbed.calibration.scheduler``); each curve
 is made non-decreasing (``monotone``: more load never shortens a wait; the points are means
 of a few noisy samples) and read linearly between its points, flat beyond the last. The
-simulated family reads them at the load it simulates at that moment (``simulation.py``).
+simulated family reads them at the load it simulates at that moment (``simulation.py``): the
+spin's overshoot at the spinners per core, a read's wake at every process wanting a core per
+core (bursts of RPC work too: a woken reader waits behind whatever holds the cores).
 
 Pure: the standard library.
 """

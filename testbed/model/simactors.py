@@ -78,7 +78,8 @@ class SimSpec:
     link_latency_s: float = 0.0     # L: charged at the shard's end of every transfer, after its bytes
     # The scheduler under load (testbed.model.scheduler), as (load, seconds) points over CPU-bound
     # processes per core; empty: not modelled. A spin ends late by the overshoot at the load when
-    # it starts; a step read's each of ``read_ops`` blocking calls waits the wake at the load then.
+    # it starts (spinners per core); a step read's each of ``read_ops`` blocking calls waits the wake
+    # at the load then (every process present at the cores, bursts too, per core).
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
     read_ops: int = 1

@@ -100,6 +100,12 @@ class SharedRate:
         """Occupants present now (on the cores: the processes spinning)."""
         return self._occupants
 
+    @property
+    def present(self) -> int:
+        """Everything present now: the jobs being served and the occupants (on the cores: every
+        process that wants a core, bursting or spinning)."""
+        return len(self._jobs) + self._occupants
+
     def _reschedule(self) -> None:
         """The jobs' speed changed both ways: drop the pending timer and set a new one."""
         self._generation += 1

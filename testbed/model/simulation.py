@@ -86,8 +86,9 @@ class SimWorker:
                 with self.timed[READ]:
                     yield node.disk.serve(spec.read_s)
                     if spec.wake:
-                        # Each blocking read call, woken, waits for a core while others hold them.
-                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.occupants / spec.cores)
+                        # Each blocking read call, woken, waits for a core while others hold them:
+                        # every process that wants one, a burst of RPC work as much as a spinner.
+                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.present / spec.cores)
                         if wait > 0:
                             yield env.timeout(wait)
             with self.timed[COMPUTE]:
