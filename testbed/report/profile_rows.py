@@ -30,7 +30,7 @@ _LABELS = {
     "disk": "disk",
     "disk_reference": "fio (reference)",
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
-    "wake_s": "a woken read call's wait for a core, by spinners per core",
+    "wake_s": "a woken read call's wait for a core, by processes wanting one per core (measured among spinners)",
     "small_calls_by_shards": "worker at the smallest size",
     "load_average": "load average (1 min) as calibration began",
 }
