@@ -67,8 +67,9 @@ Progress = Callable[[str], None]
 # init call to k worker processes; 7: step reads after pauses (reads.py); 8: the scheduler under load
 # (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls);
 # 10: the shard answers pulls from reused buffers (actors/server.py ``_reply_copy``), which
-# changes what a pull costs it
-CALIBRATION_VERSION = 10
+# changes what a pull costs it; 11: random 4 KiB reads by 2, 4, 8 readers at once (disk.py), the
+# rate at which the simulated disk serves concurrent random step reads
+CALIBRATION_VERSION = 11
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

@@ -47,6 +47,9 @@ class DiskProfile:
     directory: str = ""
     fs_type: str = ""
     source: str = "fio"  # "fio", or "testbed-reader" when fio was not available
+    # Random 4 KiB reads by k concurrent readers -> the IOPS they get together (empty: not
+    # measured, profiles before it; random step reads then share the disk at rate 1).
+    rand_read_iops_by_readers: dict[int, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.seq_read_bytes_per_s:
@@ -56,6 +59,11 @@ class DiskProfile:
                 raise ValueError(f"seq_read_bytes_per_s[{k}] = {v}: concurrency >= 1 and bandwidth > 0 required")
         object.__setattr__(self, "seq_read_bytes_per_s", {int(k): float(v) for k, v in self.seq_read_bytes_per_s.items()})
         object.__setattr__(self, "rand_read_iops", {int(k): float(v) for k, v in self.rand_read_iops.items()})
+        for k, v in self.rand_read_iops_by_readers.items():
+            if int(k) < 1 or not v > 0:
+                raise ValueError(f"rand_read_iops_by_readers[{k}] = {v}: readers >= 1 and IOPS > 0 required")
+        object.__setattr__(self, "rand_read_iops_by_readers",
+                           {int(k): float(v) for k, v in sorted(self.rand_read_iops_by_readers.items(), key=lambda kv: int(kv[0]))})
 
     def aggregate_bandwidth(self, readers: int) -> float:
         """Aggregate bandwidth of ``readers`` concurrent readers, interpolated on the measured
@@ -71,6 +79,21 @@ class DiskProfile:
     @property
     def single_stream_bytes_per_s(self) -> float:
         return self.aggregate_bandwidth(1)
+
+    def random_rate_multipliers(self) -> tuple[float, ...]:
+        """IOPS(j) / IOPS(1) of random reads for j = 1 ... the most readers measured, linear
+        between the measured counts; (1.0,) when not measured (one reader's rate however many)."""
+        points = sorted(self.rand_read_iops_by_readers.items())
+        if not points or points[0][0] != 1:
+            return (1.0,)
+        one = points[0][1]
+
+        def at(j: int) -> float:
+            for (n0, v0), (n1, v1) in zip(points, points[1:]):
+                if j <= n1:
+                    return v0 + (v1 - v0) * (j - n0) / (n1 - n0)
+            return points[-1][1]
+        return tuple(at(j) / one for j in range(1, points[-1][0] + 1))
 
 
 @dataclasses.dataclass(frozen=True)

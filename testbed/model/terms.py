@@ -165,12 +165,12 @@ def _read_terms(config: Any, profile: HardwareProfile, pause_s: float = 0.0) -> 
         return tuple(disk.aggregate_bandwidth(j) / single for j in range(1, max(disk.seq_read_bytes_per_s) + 1))
     if profile.step_reads is not None:
         read_s = profile.step_reads.step_read_s(mode, sample, minibatch, pause_s)
-        return read_s, (1.0,) if mode == "random" else alphas()
+        return read_s, (disk.random_rate_multipliers() if disk is not None else (1.0,)) if mode == "random" else alphas()
     if mode == "random" and disk.rand_read_iops:
         # The largest measured block not above a sample; a sample is read in whole blocks.
         sizes = sorted(disk.rand_read_iops)
         block = max([b for b in sizes if b <= sample], default=sizes[0])
-        return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], (1.0,)
+        return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], disk.random_rate_multipliers()
     return minibatch * sample / disk.single_stream_bytes_per_s, alphas()
 
 

@@ -63,6 +63,8 @@ def _disk_rows(label: str, disk: DiskProfile) -> list[tuple[str, str]]:
             for jobs, bps in sorted(disk.seq_read_bytes_per_s.items())]
     rows += [(f"{label} random read {format_bytes(block)}", f"{iops:,.0f} IOPS")
              for block, iops in sorted(disk.rand_read_iops.items())]
+    rows += [(f"{label} random read 4 KiB, {k} reader(s)", f"{iops:,.0f} IOPS")
+             for k, iops in disk.rand_read_iops_by_readers.items() if k > 1]
     return rows + [(f"{label} figures from", f"{disk.source} ({disk.fs_type or '?'})")]
 
 

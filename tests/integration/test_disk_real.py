@@ -106,6 +106,11 @@ def test_calibration_with_fio(disk_dir: Path, fio_path: str) -> None:
     assert load_disk_profile(out) == profile
     assert list((disk_dir / "cal").iterdir()) == []  # the calibration file is gone
     assert any("sequential read, 3 concurrent" in m for m in messages)
+    # random 4 KiB reads by 2 and 3 fio jobs at once, the single reader's figure at 1
+    assert sorted(profile.rand_read_iops_by_readers) == [1, 2, 3]
+    assert profile.rand_read_iops_by_readers[1] == profile.rand_read_iops[4096]
+    assert all(v > 0 for v in profile.rand_read_iops_by_readers.values())
+    assert len(profile.random_rate_multipliers()) == 3 and profile.random_rate_multipliers()[0] == 1.0
 
 
 def test_calibration_falls_back_to_the_reader_without_fio(disk_dir: Path, monkeypatch: pytest.MonkeyPatch,
@@ -115,6 +120,8 @@ def test_calibration_falls_back_to_the_reader_without_fio(disk_dir: Path, monkey
         profile = calibrate_disk(disk_dir, max_jobs=2, file_bytes=8 * MiB, runtime_s=0.2)
     assert profile.source == "testbed-reader"
     assert sorted(profile.seq_read_bytes_per_s) == [1, 2] and profile.rand_read_iops[4096] > 0
+    # the reader's threads read at random two at once, as two workers do
+    assert sorted(profile.rand_read_iops_by_readers) == [1, 2] and profile.rand_read_iops_by_readers[2] > 0
     assert "apt-get install fio" in caplog.text
     with pytest.raises(FioNotFound):
         calibrate_disk(disk_dir, max_jobs=1, file_bytes=MiB, runtime_s=0.1, require_fio=True)
