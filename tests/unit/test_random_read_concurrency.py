@@ -72,3 +72,15 @@ def test_random_step_reads_of_several_workers_share_the_disk_by_the_measured_cur
     assert _reads(scaling, "random", workers=1)[1] == pytest.approx(_reads(flat, "random", workers=1)[1], rel=1e-9)
     # sequential reads keep the sequential curve
     assert _reads(scaling, "sequential")[0] == _reads(flat, "sequential")[0]
+
+
+def test_validates_disk_over_the_data_set_keeps_the_calibrated_random_figures():
+    from testbed.cli.validate import dataset_disk_profile
+    from tests import factories
+    disk = DiskProfile(seq_read_bytes_per_s=SEQ, block_bytes=2**20, rand_read_iops={4096: 10_000.0},
+                       rand_read_iops_by_readers={1: 10_000.0, 4: 20_000.0}, latency_s={"p50": 1e-4}, fs_type="ext4")
+    cfg = factories.run_config()
+    out = dataset_disk_profile(profile(cores_per_node=2, disk=disk), {1: 2e9, 2: 2.2e9}, cfg)
+    assert out.disk.seq_read_bytes_per_s == {1: 2e9, 2: 2.2e9} and out.disk.source == "testbed-reader (the data set)"
+    assert out.disk.rand_read_iops_by_readers == {1: 10_000.0, 4: 20_000.0}
+    assert out.disk.rand_read_iops == {4096: 10_000.0} and out.disk_reference == disk
