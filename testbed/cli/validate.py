@@ -108,16 +108,14 @@ def with_dataset_reads(profile: HardwareProfile, cfg: RunConfig, address: Option
 
 def dataset_disk_profile(profile: HardwareProfile, bandwidth: dict[int, float], cfg: RunConfig) -> HardwareProfile:
     """The profile with ``bandwidth`` (readers -> bytes/s over the run's data set) as its disk's
-    sequential curve; the calibration's random-read figures (one reader's IOPS, by concurrent
-    readers, the latency) carried over, and its disk kept as ``disk_reference`` when there were
-    no fio figures. Pure."""
+    sequential curve and every other figure of the calibration's disk carried over (random
+    reads, by concurrent readers, the latency, the file system), its disk kept as
+    ``disk_reference`` when there were no fio figures. Pure."""
     from testbed.model.profile import DiskProfile
     old = profile.disk
-    disk = DiskProfile(seq_read_bytes_per_s=bandwidth, block_bytes=cfg.data.block_bytes,
-                       rand_read_iops=old.rand_read_iops if old else {}, latency_s=old.latency_s if old else {},
-                       directory=str(cfg.data.dir), fs_type=old.fs_type if old else "",
-                       source="testbed-reader (the data set)",
-                       rand_read_iops_by_readers=old.rand_read_iops_by_readers if old else {})
+    fields = dict(seq_read_bytes_per_s=bandwidth, block_bytes=cfg.data.block_bytes, directory=str(cfg.data.dir),
+                  source="testbed-reader (the data set)")
+    disk = dataclasses.replace(old, **fields) if old else DiskProfile(**fields)
     return dataclasses.replace(profile, disk=disk, disk_reference=profile.disk_reference or old)
 
 

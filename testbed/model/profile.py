@@ -54,27 +54,16 @@ class DiskProfile:
     def __post_init__(self) -> None:
         if not self.seq_read_bytes_per_s:
             raise ValueError("seq_read_bytes_per_s needs at least the single-reader figure")
-        for k, v in self.seq_read_bytes_per_s.items():
-            if int(k) < 1 or not v > 0:
-                raise ValueError(f"seq_read_bytes_per_s[{k}] = {v}: concurrency >= 1 and bandwidth > 0 required")
-        object.__setattr__(self, "seq_read_bytes_per_s", {int(k): float(v) for k, v in self.seq_read_bytes_per_s.items()})
+        object.__setattr__(self, "seq_read_bytes_per_s",
+                           _by_readers("seq_read_bytes_per_s", self.seq_read_bytes_per_s, "concurrency >= 1 and bandwidth > 0"))
         object.__setattr__(self, "rand_read_iops", {int(k): float(v) for k, v in self.rand_read_iops.items()})
-        for k, v in self.rand_read_iops_by_readers.items():
-            if int(k) < 1 or not v > 0:
-                raise ValueError(f"rand_read_iops_by_readers[{k}] = {v}: readers >= 1 and IOPS > 0 required")
         object.__setattr__(self, "rand_read_iops_by_readers",
-                           {int(k): float(v) for k, v in sorted(self.rand_read_iops_by_readers.items(), key=lambda kv: int(kv[0]))})
+                           _by_readers("rand_read_iops_by_readers", self.rand_read_iops_by_readers, "readers >= 1 and IOPS > 0"))
 
     def aggregate_bandwidth(self, readers: int) -> float:
         """Aggregate bandwidth of ``readers`` concurrent readers, interpolated on the measured
         curve (linear between measured points, flat beyond the last one)."""
-        points = sorted(self.seq_read_bytes_per_s.items())
-        if readers <= points[0][0]:
-            return points[0][1]
-        for (n0, b0), (n1, b1) in zip(points, points[1:]):
-            if readers <= n1:
-                return b0 + (b1 - b0) * (readers - n0) / (n1 - n0)
-        return points[-1][1]
+        return _at_readers(self.seq_read_bytes_per_s, readers)
 
     @property
     def single_stream_bytes_per_s(self) -> float:
@@ -83,17 +72,29 @@ class DiskProfile:
     def random_rate_multipliers(self) -> tuple[float, ...]:
         """IOPS(j) / IOPS(1) of random reads for j = 1 ... the most readers measured, linear
         between the measured counts; (1.0,) when not measured (one reader's rate however many)."""
-        points = sorted(self.rand_read_iops_by_readers.items())
-        if not points or points[0][0] != 1:
+        curve = self.rand_read_iops_by_readers
+        if 1 not in curve:
             return (1.0,)
-        one = points[0][1]
+        return tuple(_at_readers(curve, j) / curve[1] for j in range(1, max(curve) + 1))
 
-        def at(j: int) -> float:
-            for (n0, v0), (n1, v1) in zip(points, points[1:]):
-                if j <= n1:
-                    return v0 + (v1 - v0) * (j - n0) / (n1 - n0)
-            return points[-1][1]
-        return tuple(at(j) / one for j in range(1, points[-1][0] + 1))
+
+def _by_readers(name: str, curve: dict, required: str) -> dict[int, float]:
+    """A curve keyed by concurrent readers, checked and as ints and floats, by readers."""
+    for k, v in curve.items():
+        if int(k) < 1 or not v > 0:
+            raise ValueError(f"{name}[{k}] = {v}: {required} required")
+    return {int(k): float(v) for k, v in sorted(curve.items(), key=lambda kv: int(kv[0]))}
+
+
+def _at_readers(curve: dict[int, float], readers: int) -> float:
+    """``curve`` (by readers, ascending) at ``readers``: linear between its points, flat outside."""
+    points = list(curve.items())
+    if readers <= points[0][0]:
+        return points[0][1]
+    for (n0, v0), (n1, v1) in zip(points, points[1:]):
+        if readers <= n1:
+            return v0 + (v1 - v0) * (readers - n0) / (n1 - n0)
+    return points[-1][1]
 
 
 @dataclasses.dataclass(frozen=True)

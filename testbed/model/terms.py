@@ -158,20 +158,23 @@ def _read_terms(config: Any, profile: HardwareProfile, pause_s: float = 0.0) -> 
     disk = _need_disk(profile, f"data.step_reads is {mode!r}") if profile.step_reads is None else profile.disk
     sample, minibatch = config.workload.sample_bytes, config.workload.minibatch
 
-    def alphas() -> tuple[float, ...]:
+    def alphas(random: bool = mode == "random") -> tuple[float, ...]:
+        """The disk's rate by concurrent readers, random or sequential (one reader's without figures)."""
         if disk is None:
             return (1.0,)
+        if random:
+            return disk.random_rate_multipliers()
         single = disk.single_stream_bytes_per_s
         return tuple(disk.aggregate_bandwidth(j) / single for j in range(1, max(disk.seq_read_bytes_per_s) + 1))
     if profile.step_reads is not None:
-        read_s = profile.step_reads.step_read_s(mode, sample, minibatch, pause_s)
-        return read_s, (disk.random_rate_multipliers() if disk is not None else (1.0,)) if mode == "random" else alphas()
+        return profile.step_reads.step_read_s(mode, sample, minibatch, pause_s), alphas()
     if mode == "random" and disk.rand_read_iops:
         # The largest measured block not above a sample; a sample is read in whole blocks.
         sizes = sorted(disk.rand_read_iops)
         block = max([b for b in sizes if b <= sample], default=sizes[0])
-        return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], disk.random_rate_multipliers()
-    return minibatch * sample / disk.single_stream_bytes_per_s, alphas()
+        return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], alphas()
+    # No random figures: the bytes at the single-stream bandwidth, shared as sequential reads are.
+    return minibatch * sample / disk.single_stream_bytes_per_s, alphas(random=False)
 
 
 def read_calls(config: Any) -> int:
