@@ -21,6 +21,7 @@ to the other workers of the process.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import threading
 import time
@@ -163,6 +164,16 @@ class WorkerHost:
         for index, state in self.hosted.crash_states(time.time_ns()).items():
             save_state(crash_path(self.state_dir, f"worker-{index}"), state)
         os._exit(1)
+
+    def reconfigure(self, *args: Any, **kwargs: Any) -> None:
+        """Host another config's workers in this same process: the constructor again, with the
+        new config's arguments (``testbed.runner.run.ReusedActors``; one worker only, so no
+        thread pool is left behind)."""
+        if len(self.hosted.workers) > 1:
+            raise RuntimeError("only a process hosting one worker is reconfigured")
+        self.__dict__.clear()
+        gc.collect()
+        self.__init__(*args, **kwargs)  # type: ignore[misc]
 
     def cpu_s(self) -> float:
         """CPU seconds this process has used (all its threads, so all its workers)."""

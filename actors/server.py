@@ -41,6 +41,7 @@ says the calling worker is on the shard's node (its ``same_node`` figures).
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -386,6 +387,13 @@ class ServerActor:
                    {"events": self.server.recorder.export(), "crashed_wall_ns": time.time_ns(),
                     **self.server.crash_record()})
         os._exit(1)
+
+    def reconfigure(self, **kwargs: Any) -> None:
+        """Serve another config's shard in this same process: the constructor again, with the
+        new config's arguments (``testbed.runner.run.ReusedActors``); no call may be in flight."""
+        self.__dict__.clear()
+        gc.collect()
+        self.__init__(**kwargs)  # type: ignore[misc]
 
     def cpu_s(self) -> float:
         """CPU seconds this actor's process has used (all its threads)."""

@@ -68,8 +68,10 @@ Progress = Callable[[str], None]
 # (scheduler.py); 9: the worker's calls at 4 shards at the smallest size (costs.measure_small_calls);
 # 10: the shard answers pulls from reused buffers (actors/server.py ``_reply_copy``), which
 # changes what a pull costs it; 11: random 4 KiB reads by 2, 4, 8 readers at once (disk.py), the
-# rate at which the simulated disk serves concurrent random step reads
-CALIBRATION_VERSION = 11
+# rate at which the simulated disk serves concurrent random step reads; 12: the per-call sweep's
+# runs share their processes (``testbed.runner.run.ReusedActors``), and fewer samples of the
+# step reads and the scheduler (the calibration within its 90 s)
+CALIBRATION_VERSION = 12
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -236,8 +238,12 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     fill_bps = ray.get(probe.fill_bytes_per_s.remote(16 * 2**20))
     for a in (probe, echo):
         ray.kill(a)
-    costs, points = measure_call_costs(quick, progress)
-    small_calls = measure_small_calls(costs, quick, progress)
+    from testbed.runner.run import ReusedActors
+    # The sweep's runs share their processes (a start per actor and run was a third of the
+    # sweep's time; the figures are the same within the run-to-run spread: docs/model.md).
+    with ReusedActors() as reuse:
+        costs, points = measure_call_costs(quick, progress, reuse)
+        small_calls = measure_small_calls(costs, quick, progress, reuse)
     setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                                    progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]

@@ -199,34 +199,38 @@ def _split_like(cpu_s: float, pushes: int, pulls: int, ratio: tuple[float, float
 
 
 def _steps(nbytes: int, quick: bool) -> int:
-    # Enough events that a tail paid by one call in ten shows in the mean (``_mean``): a run's
-    # cost is mostly its actors' start-up, so the steps are cheap.
-    steps = 60 if nbytes <= 512 * KIB else (40 if nbytes <= 8 * MIB else 32)
+    # Enough events that a tail paid by one call in ten shows in the mean (``_mean``): about 45
+    # after the warm-up at the small sizes; the large ones spread less from run to run.
+    steps = 48 if nbytes <= 512 * KIB else (32 if nbytes <= 8 * MIB else 28)
     return max(8, steps // 4) if quick else steps
 
 
-def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int) -> RunPoint:
-    """One single-worker run of the testbed (needs Ray); ``pull_every`` None: pull once, at the end."""
+def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int, reuse: Any = None) -> RunPoint:
+    """One single-worker run of the testbed (needs Ray); ``pull_every`` None: pull once, at the
+    end; ``reuse``: a ``testbed.runner.run.ReusedActors`` to take the processes from."""
     from testbed.config.spec import expand, parse_spec
     from testbed.runner.run import run_config
 
     cfg = expand(parse_spec({"name": "calibrate", "gradient_bytes": nbytes, "servers": shards,
                              "pull_every": pull_every or steps, "workload": {"steps": steps},
                              "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
-    outcome = run_config(cfg, 0, "calibrate")
+    outcome = run_config(cfg, 0, "calibrate", reuse=reuse)
     return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
                           sum(outcome.ray_background_cpu_s.values()))
 
 
-def measure_call_costs(quick: bool, progress: Callable[[str], None]) -> tuple[tuple[CallCosts, ...], list[RunPoint]]:
-    """Run the sweep on the Ray this process is connected to; returns the curves and the runs."""
+def measure_call_costs(quick: bool, progress: Callable[[str], None],
+                       reuse: Any = None) -> tuple[tuple[CallCosts, ...], list[RunPoint]]:
+    """Run the sweep on the Ray this process is connected to; returns the curves and the runs.
+    ``reuse``: a ``testbed.runner.run.ReusedActors`` the runs take their processes from (the
+    calibration's; None: every run starts its own)."""
     points = []
     for nbytes in SIZES_BYTES:
         steps = _steps(nbytes, quick)
         progress(f"per-call costs at {nbytes // KIB} KiB")
         for shards in SHARDS:
-            points.append(run_point(nbytes, shards, 1, steps))
-        points.append(run_point(nbytes, 1, None, steps))
+            points.append(run_point(nbytes, shards, 1, steps, reuse))
+        points.append(run_point(nbytes, 1, None, steps, reuse))
     return call_costs_from_points(points), points
 
 
@@ -246,9 +250,9 @@ def small_calls_from_point(point: RunPoint, one_shard: CallCosts) -> dict[str, f
 
 
 def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool,
-                        progress: Callable[[str], None]) -> dict[int, dict[str, float]]:
-    """One run at BEYOND_SHARDS shards at the smallest size (about 2.5 s)."""
+                        progress: Callable[[str], None], reuse: Any = None) -> dict[int, dict[str, float]]:
+    """One run at BEYOND_SHARDS shards at the smallest size (about 2 s)."""
     size = SIZES_BYTES[0]
     progress(f"per-call costs at {size // KIB} KiB with {BEYOND_SHARDS} shards")
-    point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick))
+    point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick), reuse)
     return {BEYOND_SHARDS: small_calls_from_point(point, costs[0])}

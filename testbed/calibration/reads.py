@@ -47,7 +47,7 @@ PAUSES_S = (0.005, 0.02, 0.1)
 QUICK_PAUSES_S = (0.02,)
 FILE_BYTES = 64 * MIB
 HOT_REPEATS = 40
-ROUNDS, QUICK_ROUNDS = 30, 6  # 30 reads after each of 2 x 125 ms of pauses, and warm-ups: 8.5 s
+ROUNDS, QUICK_ROUNDS = 20, 6  # 20 reads after each of 2 x 125 ms of pauses, and warm-ups: 6 s
 
 
 def sweep_cells(pauses_s: Sequence[float] = PAUSES_S) -> tuple[list[tuple[str, int]], list[tuple[str, int, float]]]:
@@ -106,7 +106,7 @@ def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[
 
 def measure_step_reads(directory: str, *, quick: bool = False, block_bytes: int = MIB, cache_bypass: bool = True,
                        progress: Callable[[str], None] = lambda s: None) -> StepReadCosts:
-    """Run the sweep in an actor on the Ray this process is connected to (about 9 s; 2 s quick)."""
+    """Run the sweep in an actor on the Ray this process is connected to (about 7 s; 2 s quick)."""
     import ray
 
     from actors.readprobe import ReadProbe

@@ -12,7 +12,7 @@ __all__ = ["measure_scheduler", "LOADS", "QUICK_LOADS", "SPIN_S"]
 
 LOADS = (0, 1, 2, 4, 8, 16)           # CPU-bound processes besides the probe, per core
 QUICK_LOADS = (0, 2, 8)
-SAMPLES, QUICK_SAMPLES = 14, 4
+SAMPLES, QUICK_SAMPLES = 10, 4
 SPIN_S = 0.02
 
 

@@ -126,6 +126,10 @@ class Reservation:
     def worker_options(self, index: int) -> dict[str, Any]:
         return self._options(self.plan.worker_bundle[index])
 
+    def server_node(self, shard: int) -> str:
+        """The node shard ``shard``'s bundle was placed on."""
+        return self.bundle_nodes[self.plan.server_bundle[shard]]
+
     def worker_node(self, index: int) -> str:
         """The node worker ``index``'s bundle was placed on."""
         return self.bundle_nodes[self.plan.worker_bundle[index]]

@@ -161,6 +161,52 @@ class ConfigOutcome:
         return out
 
 
+class ReusedActors:
+    """Shard and worker processes kept from one config to the next, for a sweep of short runs
+    whose process starts would cost more than their training (calibration's single-worker runs:
+    a start per actor and run was a third of the per-call sweep, docs/model.md). A config asks
+    for its shard ``i`` and its worker process ``p``: one made by an earlier config is given the
+    new config's arguments (``reconfigure``: the constructor again, in the same process); one
+    not made yet is made now, on the node of the config's bundle but outside its placement
+    group (which goes when the config ends, and would take its actors with it), holding no CPU
+    of Ray's. Only configs of one worker per process and without faults or checkpoints (a
+    restarted actor would start from its first config's arguments). ``close()`` kills them all;
+    use it as a context manager."""
+
+    def __init__(self) -> None:
+        self._actors: dict[tuple[str, int], Any] = {}
+
+    def get(self, kind: str, index: int, cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        actor = self._actors.get((kind, index))
+        if actor is None:
+            node = options.pop("node")
+            options = {k: v for k, v in options.items() if k not in ("num_cpus", "scheduling_strategy")}
+            actor = cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                                **options).remote(*args, **kwargs)
+            self._actors[(kind, index)] = actor
+        else:
+            # Synchronously: a threaded actor may run two calls of one caller at once.
+            ray.get(actor.reconfigure.remote(*args, **kwargs))
+        return actor
+
+    def holds(self, actor: Any) -> bool:
+        return any(actor is a for a in self._actors.values())
+
+    def close(self) -> None:
+        import ray
+        for actor in self._actors.values():
+            ray.kill(actor, no_restart=True)
+        self._actors.clear()
+
+    def __enter__(self) -> "ReusedActors":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def _workers_per_process(cfg: RunConfig) -> Optional[int]:
     """How many workers a process hosts (``hosting.requested_workers_per_process`` says why)."""
     return requested_workers_per_process(cfg.compute.mode.value, cfg.workers_per_process)
@@ -183,7 +229,7 @@ def _restartable(cfg: RunConfig) -> dict[str, Any]:
 
 def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: bool = False,
                prepare_data: Optional[PrepareData] = None, state_dir: Optional[Path] = None,
-               deadline_s: Optional[float] = None) -> ConfigOutcome:
+               deadline_s: Optional[float] = None, reuse: Optional[ReusedActors] = None) -> ConfigOutcome:
     """Run one config once on the Ray this process is connected to.
 
     ``prepare_data(cfg)`` gives the callable that prepares the data set on a node (default:
@@ -193,8 +239,11 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
     temporary folder). Whatever it holds when the config starts is removed first (an attempt
     that a driver's crash cut short must not be restored into this one), and it is removed
     when the config ends normally; after an exception it stays, and the next attempt clears it.
-    ``deadline_s`` applies when the config sets none (``cfg.deadline_s`` wins).
+    ``deadline_s`` applies when the config sets none (``cfg.deadline_s`` wins). ``reuse``: take
+    the shard and worker processes from it instead of starting new ones (``ReusedActors``).
     """
+    if reuse is not None and (cfg.faults or cfg.checkpoint_every or cfg.workers > 1):
+        raise ValueError("reused actors run only single-worker configs without faults or checkpoints")
     deadline_s = cfg.deadline_s if cfg.deadline_s is not None else deadline_s
     needs_state = bool(cfg.faults or cfg.checkpoint_every)
     own_state = needs_state and state_dir is None
@@ -204,7 +253,7 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
         shutil.rmtree(state_dir, ignore_errors=True)
     state = str(state_dir) if needs_state else None
     try:
-        outcome = _run_config(cfg, repeat, run_id, keep_parameters, prepare_data, state, deadline_s)
+        outcome = _run_config(cfg, repeat, run_id, keep_parameters, prepare_data, state, deadline_s, reuse)
     except BaseException:
         if own_state:  # nobody else would find it
             shutil.rmtree(state_dir, ignore_errors=True)
@@ -216,7 +265,7 @@ def run_config(cfg: RunConfig, repeat: int, run_id: str, *, keep_parameters: boo
 
 def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 prepare_data: Optional[PrepareData], state: Optional[str],
-                deadline_s: Optional[float]) -> ConfigOutcome:
+                deadline_s: Optional[float], reuse: Optional[ReusedActors] = None) -> ConfigOutcome:
     import ray
 
     driver_node = ray.get_runtime_context().get_node_id()
@@ -234,6 +283,11 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
     status, error, exports, stats, params, steps, identities = "ok", None, [], [], None, [], []
     train_cpu_s: dict[str, float] = {}
     background_cpu_s: dict[str, float] = {}
+    def make(kind: str, index: int, cls: Any, options: dict[str, Any], node: str, *args: Any, **kwargs: Any) -> Any:
+        if reuse is None:
+            return cls.options(**options).remote(*args, **kwargs)
+        return reuse.get(kind, index, cls, {**options, "node": node}, *args, **kwargs)
+
     with reserve(plan) as slots:
         if cfg.workload.dataset_bytes > 0:
             prepare = prepare_data(cfg) if prepare_data is not None else _PrepareDataset(cfg)
@@ -251,8 +305,9 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 # Each worker has at most one call in flight to a shard (a push, a pull or both in
                 # one, possibly blocked at the sync barrier), so N threads plus a few for the
                 # driver's calls suffice.
-                servers = [server_cls.options(max_concurrency=cfg.workers + 4, **restart,
-                                              **slots.server_options(i)).remote(
+                servers = [make("server", i, server_cls, dict(max_concurrency=cfg.workers + 4, **restart,
+                                                              **slots.server_options(i)),
+                                slots.server_node(i),
                                shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
                                run_id=run_id, config_id=cfg.config_id, repeat=repeat,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
@@ -271,10 +326,11 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 # pair gets the between-node link figures (docs/network.md); on a cluster a worker
                 # and a shard on one node get the same_node figures.
                 multi_node = sum(1 for n in cluster if n.cpus > 0) > 1
-                hosts = [host_cls.options(max_concurrency=2, **restart, **slots.worker_options(g[0])).remote(
-                             cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state,
-                             multi_node=multi_node)
-                         for g in groups]
+                hosts = [make("host", p, host_cls, dict(max_concurrency=2, **restart, **slots.worker_options(g[0])),
+                              slots.worker_node(g[0]),
+                              cfg, g, servers, run_id, repeat, datasets_for(prepared, slots, g), gate, clock, state,
+                              multi_node=multi_node)
+                         for p, g in enumerate(groups)]
                 identities = _get_fail_fast([a.ready.remote() for a in servers + hosts + clocks],
                                             until)[:len(servers + hosts)]
                 if gate is not None:  # its process must be up before init is timed, too
@@ -311,7 +367,8 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
         finally:
             # Actors go before their placement group is removed (leaving ``reserve``).
             for actor in servers + hosts + clocks + ([gate] if gate is not None else []):
-                ray.kill(actor, no_restart=True)
+                if reuse is None or not reuse.holds(actor):
+                    ray.kill(actor, no_restart=True)
     nodes = {f"server-{i}": ident for i, ident in enumerate(identities[:len(servers)])}
     for p, (g, ident) in enumerate(zip(groups, identities[len(servers):])):
         nodes.update({f"worker-{i}": {**ident, "process": p} for i in g})

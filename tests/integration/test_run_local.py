@@ -99,3 +99,38 @@ def test_run_folder_loads_back(ray_local, tmp_path):
     events = again.events()
     assert set(events.config_id) == {c.config_id for c in expand(spec)}
     assert len(events) == len(folder.events())
+
+
+def test_reused_actors_keep_their_processes_and_start_every_config_afresh(ray_local):
+    """Calibration's sweep (``ReusedActors``): the second and third configs run in the first's
+    processes, each from its own initial parameters and counts, and ``close`` ends them."""
+    import ray
+
+    from testbed.runner.run import ReusedActors
+
+    cfgs = [expand(make_spec(workers=1, servers=shards, gradient_bytes=size, pull_every=1))[0]
+            for shards, size in ((1, "64KiB"), (2, "256KiB"), (1, "16KiB"))]
+    with ReusedActors() as pool:
+        outs = [run_config(cfg, 0, "reuse-test", keep_parameters=True, reuse=pool) for cfg in cfgs]
+        held = list(pool._actors.values())
+        assert len(held) == 3  # worker-0's process and shards 0 and 1
+        assert all(ray.get([a.cpu_s.remote() for a in held]))  # alive until the pool closes
+    pids = [{a: n["pid"] for a, n in out.nodes.items()} for out in outs]
+    assert pids[0]["server-0"] == pids[1]["server-0"] == pids[2]["server-0"]
+    assert pids[0]["worker-0"] == pids[1]["worker-0"] == pids[2]["worker-0"]
+    for cfg, out in zip(cfgs, outs):
+        assert out.worker_steps == [cfg.steps]
+        assert [s["updates"] for s in out.server_stats] == [cfg.steps] * cfg.servers
+        expected = (initial_parameters(cfg.seed, 0, cfg.gradient_elements)
+                    - cfg.learning_rate * GradientSource(cfg.seed, 0, cfg.gradient_elements).expected_sum(cfg.steps))
+        np.testing.assert_allclose(np.concatenate(out.parameters), expected, rtol=1e-4, atol=1e-4)
+    for actor in held:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.cpu_s.remote(), timeout=30)
+
+
+def test_reused_actors_refuse_a_config_they_cannot_reset(ray_local):
+    from testbed.runner.run import ReusedActors
+
+    with ReusedActors() as pool, pytest.raises(ValueError, match="single-worker"):
+        run_config(expand(make_spec(workers=2))[0], 0, "reuse-test", reuse=pool)
