@@ -150,3 +150,61 @@ def test_ray_cpu_per_step_is_calibrated_and_takes_the_cores_in_the_simulation():
     busy = predict(cfg, factories.profile(ray_cpu_per_step_s=SizeCurve(((1.0, 4e-3), (2.0**30, 4e-3)))),
                    ModelFamily.SIMULATED)
     assert busy.train_s > quiet.train_s  # 8 workers x 4 ms of Ray's CPU per step on 2 cores
+
+
+def _sweep_point(size, shards, pulls, push_s, steps=10):
+    from testbed.calibration.costs import RunPoint
+    return RunPoint(size, shards, steps, steps, pulls, push_s, push_s / 2 if pulls else 0.0, 1e-4, 2e-4,
+                    steps * push_s, steps * push_s / 2)
+
+
+def test_a_size_whose_calls_cost_more_than_the_next_ones_is_disturbed():
+    from testbed.calibration.costs import disturbed_sizes
+    cost = {4096: 2e-3, 65536: 2.4e-3, 2**19: 9e-3, 2**21: 5e-3, 2**23: 8e-3}
+    points = [_sweep_point(n, s, 10, c * s) for n, c in cost.items() for s in (1, 2)]
+    points += [_sweep_point(n, 1, 1, c * 3) for n, c in cost.items()]  # pull-once runs are not compared
+    assert disturbed_sizes(points) == [2**19]
+    cost[2**19] = 5.5e-3  # within the ratio of the next size: noise, not a disturbance
+    assert disturbed_sizes([_sweep_point(n, 1, 10, c) for n, c in cost.items()]) == []
+
+
+def test_the_sweep_measures_a_disturbed_size_again_and_keeps_the_undisturbed_runs(monkeypatch):
+    from testbed.calibration import costs
+    calls = []
+    cost = dict(zip(costs.SIZES_BYTES, (2e-3, 2.4e-3, 4e-3, 5e-3, 8e-3, 12e-3)))
+
+    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None):
+        calls.append(nbytes)
+        burst = 3.0 if nbytes == 2**19 and calls.count(nbytes) <= 3 else 1.0  # the first three runs at 512 KiB
+        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps)
+
+    monkeypatch.setattr(costs, "run_point", fake_run_point)
+    said = []
+    curves, points = costs.measure_call_costs(True, said.append)
+    assert calls.count(2**19) == 6 and len(calls) == 3 * len(costs.SIZES_BYTES) + 3
+    assert any("512 KiB again" in s for s in said)
+    assert curves[0].worker_push_s.at(2**19) == pytest.approx(4e-3)  # the run made again, not the burst
+    assert [p.gradient_bytes for p in points] == sorted(p.gradient_bytes for p in points)
+
+
+def test_a_size_disturbed_twice_keeps_the_mean_of_both_measurements(monkeypatch):
+    from testbed.calibration import costs
+    cost = dict(zip(costs.SIZES_BYTES, (2e-3, 2.4e-3, 4e-3, 5e-3, 8e-3, 12e-3)))
+    seen = []
+
+    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None):
+        seen.append(nbytes)
+        burst = (3.0 if seen.count(nbytes) <= 3 else 2.0) if nbytes == 2**19 else 1.0
+        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps)
+
+    monkeypatch.setattr(costs, "run_point", fake_run_point)
+    curves, _ = costs.measure_call_costs(True, lambda s: None)
+    assert curves[0].worker_push_s.at(2**19) == pytest.approx(2.5 * 4e-3)
+
+
+def test_only_runs_of_one_kind_are_averaged():
+    from testbed.calibration.costs import mean_point
+    a, b = _sweep_point(4096, 1, 10, 2e-3), _sweep_point(4096, 1, 10, 4e-3)
+    assert mean_point(a, b).push_s == pytest.approx(3e-3) and mean_point(a, b).pulls == 10
+    with pytest.raises(ValueError, match="one size"):
+        mean_point(a, _sweep_point(4096, 2, 10, 2e-3))
