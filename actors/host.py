@@ -172,7 +172,7 @@ class WorkerHost:
         if len(self.hosted.workers) > 1:
             raise RuntimeError("only a process hosting one worker is reconfigured")
         self.__dict__.clear()
-        gc.collect()
+        gc.collect()  # the last config's buffers go before the next one's are made
         self.__init__(*args, **kwargs)  # type: ignore[misc]
 
     def cpu_s(self) -> float:

@@ -392,7 +392,7 @@ class ServerActor:
         """Serve another config's shard in this same process: the constructor again, with the
         new config's arguments (``testbed.runner.run.ReusedActors``); no call may be in flight."""
         self.__dict__.clear()
-        gc.collect()
+        gc.collect()  # the last config's buffers go before the next one's are made
         self.__init__(**kwargs)  # type: ignore[misc]
 
     def cpu_s(self) -> float:

@@ -235,10 +235,12 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None],
     for nbytes in disturbed_sizes(points)[:MAX_REMEASURED]:
         progress(f"per-call costs at {nbytes // KIB} KiB again (its calls took longer than at the next size: "
                  f"the machine was busy meanwhile)")
-        again = runs_at(nbytes)
+        first = [p for p in points if p.gradient_bytes == nbytes]
         kept = [p for p in points if p.gradient_bytes != nbytes]
-        points = kept + (again if nbytes not in disturbed_sizes(kept + again) else
-                         [mean_point(a, b) for a, b in zip(again, (p for p in points if p.gradient_bytes == nbytes))])
+        again = runs_at(nbytes)  # the same three runs, in the same order as ``first``
+        if nbytes in disturbed_sizes(kept + again):
+            again = [mean_point(a, b) for a, b in zip(first, again)]
+        points = kept + again
     points.sort(key=lambda p: p.gradient_bytes)
     return call_costs_from_points(points), points
 

@@ -176,12 +176,13 @@ class ReusedActors:
     def __init__(self) -> None:
         self._actors: dict[tuple[str, int], Any] = {}
 
-    def get(self, kind: str, index: int, cls: Any, options: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    def get(self, kind: str, index: int, cls: Any, options: dict[str, Any], node: str, *args: Any, **kwargs: Any) -> Any:
+        """The actor ``kind`` ``index``: made with ``options`` less its placement, on ``node``, or
+        the one made before, given ``args`` and ``kwargs`` again."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         actor = self._actors.get((kind, index))
         if actor is None:
-            node = options.pop("node")
             options = {k: v for k, v in options.items() if k not in ("num_cpus", "scheduling_strategy")}
             actor = cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
                                 **options).remote(*args, **kwargs)
@@ -286,7 +287,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
     def make(kind: str, index: int, cls: Any, options: dict[str, Any], node: str, *args: Any, **kwargs: Any) -> Any:
         if reuse is None:
             return cls.options(**options).remote(*args, **kwargs)
-        return reuse.get(kind, index, cls, {**options, "node": node}, *args, **kwargs)
+        return reuse.get(kind, index, cls, options, node, *args, **kwargs)
 
     with reserve(plan) as slots:
         if cfg.workload.dataset_bytes > 0:
