@@ -147,6 +147,12 @@ class DirectReader:
         self.cache_bypass = cache_bypass
         self.mode = "o_direct" if cache_bypass else "cached"
         self._buf, self._view = _direct_buffer(block_bytes)
+        # Touch the buffer now, so its pages (a huge page where the kernel has one) are found
+        # here, at construction, not inside the first timed read. Where free memory is
+        # fragmented that first touch compacts memory for the huge page: on the 2-core VM, with
+        # 21 workers' 11 MiB gradients in memory, a worker's first read of 3.4 MiB took 9 ms
+        # with an untouched buffer and 1.6 ms with a touched one (the data set warm both times).
+        self._view[:] = bytes(block_bytes)
         self._fds: dict[str, tuple[int, str]] = {}  # kept open: step reads revisit the same files
 
     def _open(self, path: str) -> tuple[int, str]:

@@ -51,7 +51,7 @@ from testbed.config.spec import (
     spec_diff,
     with_reliability_defaults,
 )
-from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset
+from testbed.data.dataset import DatasetInfo, check_data_dir, dataset_present_bytes, prepare_dataset, warm_dataset
 from testbed.emulation.hosting import group_workers, requested_workers_per_process
 from testbed.records.events import DEFAULT_INTERVAL_S, EventRecorder, Phase, Role, events_to_columns
 from testbed.records.manifest import ConfigStatus, DataSet, RunStatus
@@ -78,6 +78,16 @@ class _PrepareDataset:
 
     def __call__(self, node: str) -> DatasetInfo:
         return prepare_dataset(self.data, self.dataset_bytes, node)
+
+
+class _WarmDataset:
+    """The warm pass (``warm_dataset``) over what preparation left on a node (picklable)."""
+
+    def __init__(self, prepared: dict[str, DatasetInfo], block_bytes: int) -> None:
+        self.prepared, self.block_bytes = prepared, block_bytes
+
+    def __call__(self, node: str) -> DatasetInfo:
+        return warm_dataset(self.prepared[node], self.block_bytes)
 
 
 def prepare_locally(cfg: RunConfig) -> Optional[DatasetInfo]:
@@ -336,6 +346,11 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                             until)[:len(servers + hosts)]
                 if gate is not None:  # its process must be up before init is timed, too
                     _get_fail_fast([gate.done.remote()], until)
+                # Last before init: a cache under the page cache cools within a minute (docs/model.md,
+                # "Init"), and starting the actors takes seconds.
+                if prepared and cfg.data.warm_pass and all(isinstance(v, DatasetInfo) for v in prepared.values()):
+                    prepared = prepare_on_nodes(_WarmDataset(prepared, cfg.data.block_bytes), list(prepared),
+                                                shared=False)
             with rec.timed(Phase.INIT):
                 _get_fail_fast([h.init.remote() for h in hosts], until)
             # CPU used by each process during training (read outside the timed span): how much of

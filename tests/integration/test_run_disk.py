@@ -46,6 +46,18 @@ def test_sequential_init_reads_one_after_another(ray_local, tmp_path):
     assert {b for p, b in zip(three.columns["phase"], three.columns["bytes"]) if p == "init_read"} == {24 * 2**20}
 
 
+def test_the_data_set_is_read_once_untimed_before_init_unless_warm_pass_is_false(ray_local, tmp_path):
+    one, _ = cfg(tmp_path, init_io="parallel", partition="full")
+    warmed = run_config(one, 0, "t")
+    assert [i.warmed_bytes for i in warmed.prepared.values()] == [24 * 2**20]
+    assert all(i.warm_s > 0 for i in warmed.prepared.values())
+    # untimed: the timed init is the worker's own read alone
+    assert [b for p, b in zip(warmed.columns["phase"], warmed.columns["bytes"]) if p == "init_read"] == [24 * 2**20]
+    cold, _ = cfg(tmp_path, init_io="parallel", partition="full", warm_pass=False)
+    assert cold.config_id != one.config_id
+    assert [i.warmed_bytes for i in run_config(cold, 0, "t").prepared.values()] == [0]
+
+
 def test_parallel_init_reads_overlap_and_shards_split_the_data(ray_local, tmp_path):
     # 32 MiB a worker: each read lasts well beyond the few ms between the three workers' starts
     # (with 8 MiB each a fast disk read them in ~3 ms, and a loaded machine started them 5 ms apart)

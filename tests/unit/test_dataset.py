@@ -146,3 +146,18 @@ def test_tmpfs_is_accepted_with_allow_cached_and_marked(shm_dir: Path) -> None:
     with DirectReader(64 * KiB, cache_bypass=info.cache_bypass) as reader:
         assert reader.read_plan([(p, 0, n) for p, n in info.files]) == 128 * KiB
         assert reader.mode == "cached"
+
+
+def test_the_warm_pass_reads_every_file_once_and_says_so(tmp_path: Path) -> None:
+    from testbed.data.dataset import warm_dataset
+    info = prepare_dataset(Data(dir=str(_disk_tmp(tmp_path)), file_bytes=64 * KiB), 200 * KiB)
+    assert info.warmed_bytes == 0
+    warm = warm_dataset(info, 64 * KiB)
+    assert warm.warmed_bytes == 200 * KiB and warm.warm_s > 0
+    assert (warm.files, warm.directory, warm.written_bytes) == (info.files, info.directory, info.written_bytes)
+
+
+def test_no_warm_pass_where_the_page_cache_holds_the_data_set_anyway(shm_dir: Path) -> None:
+    from testbed.data.dataset import warm_dataset
+    info = prepare_dataset(Data(dir=str(shm_dir), file_bytes=64 * KiB, allow_cached=True), 128 * KiB)
+    assert warm_dataset(info, 64 * KiB) == info

@@ -145,3 +145,28 @@ def test_step_reader_reads_real_samples_and_closes_its_reader(data_file: tuple[s
 def test_reader_rejects_unaligned_blocks() -> None:
     with pytest.raises(ValueError, match="multiple of 4096"):
         DirectReader(5000)
+
+
+def _resident_bytes(address: int) -> int:
+    """Rss of the mapping of this process holding ``address`` (from /proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no mapping holds the address")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps (Linux)")
+@pytest.mark.parametrize("block", [64 * KiB, 2 * 2**20])
+def test_the_buffer_is_resident_from_construction_not_from_the_first_read(block: int) -> None:
+    import ctypes
+    with DirectReader(block) as reader:
+        probe = ctypes.c_char.from_buffer(reader._view)
+        address = ctypes.addressof(probe)
+        del probe
+        assert _resident_bytes(address) >= block

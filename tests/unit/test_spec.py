@@ -37,6 +37,21 @@ def test_config_ids_are_stable_and_depend_on_values():
     assert a != c
 
 
+def test_a_run_folder_made_before_the_warm_pass_keeps_its_config_ids_and_its_spec(repo):
+    import json
+
+    from testbed.config.spec import spec_diff, with_reliability_defaults
+    record = json.loads((repo / "tests" / "fixtures" / "run_v2" / "manifest.json").read_text())
+    assert "warm_pass" not in record["spec"]["data"]
+    old = with_reliability_defaults(record["spec"])
+    assert old["data"]["warm_pass"] is True
+    assert spec_diff(old, parse_spec(old).model_dump(mode="json")) == []
+    assert [c.config_id for c in expand(parse_spec(old))] == [c["config_id"] for c in record["configs"]]
+    # the field is part of the id once it is not its default
+    cold = {**old, "data": {**old["data"], "warm_pass": False}}
+    assert [c.config_id for c in expand(parse_spec(cold))] != [c["config_id"] for c in record["configs"]]
+
+
 def test_no_sweep_gives_one_config():
     configs = expand(spec(workers=3))
     assert len(configs) == 1 and configs[0].workers == 3
