@@ -84,6 +84,13 @@ class Probe:
             out.append(time.perf_counter() - t0)
         return out
 
+    def queued_calls(self, target: Any, rounds: int, in_flight: int) -> int:
+        """``rounds`` times, ``in_flight`` bare calls at once (they queue at ``target``); the calls made."""
+        import ray
+        for _ in range(rounds):
+            ray.get([target.f.remote() for _ in range(in_flight)])
+        return rounds * in_flight
+
     def transfer_s(self, target: Any, nbytes: int, repeats: int, pause_s: float = 0.0) -> list[float]:
         import ray
         payload = np.ones(nbytes // 4, dtype=np.float32)

@@ -52,7 +52,7 @@ from testbed.model.profile import HardwareProfile, load_profile, save_profile
 from testbed.model.terms import INLINE_BYTES
 from testbed.records.atomic import atomic_write_text
 
-__all__ = ["calibrate", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
+__all__ = ["calibrate", "call_cpu_figures", "machine_identity", "identity_key", "cached_profile_path", "fit_line",
            "measure_ray_figures", "reusable_profile", "profile_cache_dir"]
 
 
@@ -70,8 +70,9 @@ Progress = Callable[[str], None]
 # changes what a pull costs it; 11: random 4 KiB reads by 2, 4, 8 readers at once (disk.py), the
 # rate at which the simulated disk serves concurrent random step reads; 12: the per-call sweep's
 # runs share their processes (``testbed.runner.run.ReusedActors``), and fewer samples of the
-# step reads and the scheduler (the calibration within its 90 s)
-CALIBRATION_VERSION = 12
+# step reads and the scheduler (the calibration within its 90 s); 13: the callee's CPU per bare
+# actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock)
+CALIBRATION_VERSION = 13
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -176,6 +177,25 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...],
     return setup, fanout
 
 
+# Calls at once in the queued series (they wait for each other at the callee).
+QUEUED_IN_FLIGHT = 8
+
+
+def call_cpu_figures(paused: tuple[float, float], paused_calls: int, queued: tuple[float, float],
+                     queued_calls: int) -> dict[str, float]:
+    """The callee's CPU per call from its CPU clock around a series of calls after a pause and
+    one of queued calls (each count plus the one call that read the clock at the end; pure).
+
+    Why both: a Ray actor's CPU per call depends on whether it idles between calls. On the
+    2-core VM (a bare 4 KiB call): an idle actor process burns 14 ms of CPU a second, a call
+    every 25 ms cost it 1.52 ms, back to back 0.59, eight in flight 0.36. The simulated step
+    clock takes the first for a tick that finds it idle and the second for one that queues."""
+    def per_call(clock: tuple[float, float], calls: int) -> float:
+        return max(0.0, clock[1] - clock[0]) / max(1, calls + 1)
+    return {"actor_call_cpu_s": per_call(paused, paused_calls),
+            "actor_call_cpu_busy_s": per_call(queued, queued_calls)}
+
+
 def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, Any]:
     """L (an empty call), the object-store path's fixed cost and bandwidth W, and the
     reference curves: a call carrying each calibrated size, a put and a get, a copy."""
@@ -185,8 +205,15 @@ def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> di
     # costs more than one in a tight loop (threads park and must be woken): calibrate the way
     # workers call, and keep the tight-loop figure for reference.
     progress("actor-call latency")
+    # The callee's CPU too, around each series: per call after a pause, and per call queued.
+    cpu0 = ray.get(echo.cpu_s.remote())
     latency_s = _median(ray.get(probe.latency_s.remote(echo, reps // 2, CALL_PAUSE_S)))
+    cpu1 = ray.get(echo.cpu_s.remote())
     latency_hot_s = _median(ray.get(probe.latency_s.remote(echo, reps)))
+    cpu2 = ray.get(echo.cpu_s.remote())
+    queued = ray.get(probe.queued_calls.remote(echo, reps // QUEUED_IN_FLIGHT, QUEUED_IN_FLIGHT))
+    cpu3 = ray.get(echo.cpu_s.remote())
+    call_cpu = call_cpu_figures((cpu0, cpu1), reps // 2, (cpu2, cpu3), queued)
     progress("transfers, object store and copies across sizes")
     sizes = list(SIZES_BYTES)
     sweep = ray.get(probe.transfer_sweep_s.remote(echo, sizes, 6 if quick else 15, CALL_PAUSE_S))
@@ -203,7 +230,7 @@ def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> di
         store_put_s=SizeCurve(tuple((n, _median([p for p, _ in store[n]])) for n in sizes)),
         store_get_s=SizeCurve(tuple((n, _median([g for _, g in store[n]])) for n in sizes)),
         copy_s=SizeCurve(tuple(copies.items())))
-    return {"actor_call_latency_s": latency_s, "actor_call_latency_hot_s": latency_hot_s,
+    return {"actor_call_latency_s": latency_s, "actor_call_latency_hot_s": latency_hot_s, **call_cpu,
             "object_store_call_s": max(0.0, intercept - latency_s),
             "transfer_bytes_per_s_local": 1.0 / slope if slope > 0 else big[-1] / max(times[big[-1]] - intercept, 1e-9),
             "reference_curves": reference}

@@ -131,6 +131,11 @@ class HardwareProfile:
     disk_reference: Optional[DiskProfile] = None  # the same measurements by fio, for reference
     object_store_call_s: float = 0.0         # L_obj: a slice too large to go inline costs this more per call
     actor_call_latency_hot_s: Optional[float] = None  # L in a tight loop (reference: workers call after a pause)
+    # The callee's CPU for one bare actor call: calls after a pause, as the step clock's ticks
+    # come (its background included), and calls that queue behind each other (eight in flight)
+    # (None: not calibrated; the simulated ssp clock is then a latency alone).
+    actor_call_cpu_s: Optional[float] = None
+    actor_call_cpu_busy_s: Optional[float] = None
     gradient_fill_bytes_per_s: Optional[float] = None  # G: producing the gradient (untimed work per step)
     server_copy_bytes_per_s: Optional[float] = None    # C: a shard's parameter copy for a pull (None: A)
     step_cpu: Optional[StepCpuLine] = None   # schema 1's CPU per step (superseded by call_costs)
@@ -182,7 +187,8 @@ class HardwareProfile:
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
         for name in ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-                     "server_copy_bytes_per_s", "actor_setup_s", "init_call_s"):
+                     "server_copy_bytes_per_s", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
+                     "actor_call_cpu_busy_s"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and value < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -216,7 +222,8 @@ class HardwareProfile:
         """The optional scalar figures that are set, by name (for profile tables)."""
         out = {name: float(getattr(self, name)) for name in (
             "object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-            "server_copy_bytes_per_s", "nodes", "actor_setup_s", "init_call_s") if getattr(self, name) is not None}
+            "server_copy_bytes_per_s", "nodes", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
+            "actor_call_cpu_busy_s") if getattr(self, name) is not None}
         if self.step_cpu is not None:
             out.update({f"step_cpu.{f.name}": float(getattr(self.step_cpu, f.name))
                         for f in dataclasses.fields(self.step_cpu) if getattr(self.step_cpu, f.name) is not None})

@@ -26,7 +26,7 @@ Pure: SimPy, numpy and the standard library.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import simpy
@@ -87,6 +87,11 @@ class SimSpec:
     # the parameters out (serialised, or put into the object store, once per call): the copy's
     # CPU less the memory copy (CPU, under the lock: the woken calls take it in turn).
     reply_s: float = 0.0
+    # The ssp step clock's CPU per tick, served in turn at the clock's process on the cores
+    # (calibrated: a bare actor call's callee CPU, after a pause and queued); 0: the tick is
+    # the call latency alone, as before calibration measured it.
+    clock_cpu_s: float = 0.0
+    clock_cpu_busy_s: float = 0.0
 
 
 class Node:
@@ -240,15 +245,30 @@ class SimClock:
     """The ``ssp`` step clock (``actors/clock.py``): a worker more than ``staleness`` steps ahead
     of the slowest waits. The minimum is kept incrementally (a count of workers per value)."""
 
-    def __init__(self, env: simpy.Environment, workers: int, staleness: int, call_s: float) -> None:
+    def __init__(self, env: simpy.Environment, workers: int, staleness: int, call_s: float,
+                 node: Optional["Node"] = None, cpu_s: float = 0.0, cpu_busy_s: float = 0.0) -> None:
+        """``cpu_s``, ``cpu_busy_s``: the clock process's CPU for a tick that finds it idle and
+        for one that waits behind another; the rest of ``call_s`` is the call's way there and
+        back. With ``cpu_s`` 0 (or no ``node``) a tick is ``call_s`` of latency alone."""
         self.env, self.staleness, self.call_s = env, staleness, call_s
+        self.node = node
+        self.cpu_s, self.cpu_busy_s = min(cpu_s, call_s), min(cpu_busy_s, cpu_s, call_s)
+        self.server = simpy.Resource(env, capacity=1) if node is not None and self.cpu_s > 0 else None
         self.completed = [0] * workers
         self._at = {0: workers}            # completed steps -> workers there
         self.slowest = 0
         self._waiting: dict[int, simpy.Event] = {}  # slowest needed -> event
 
     def tick(self, worker: int, completed: int) -> Iterator[simpy.Event]:
-        yield self.env.timeout(self.call_s)  # the call to the clock actor and its answer
+        if self.server is None:
+            yield self.env.timeout(self.call_s)  # the call to the clock actor and its answer
+        else:
+            # The clock is one process: its ticks take a core each, one after another.
+            yield self.env.timeout(self.call_s - self.cpu_s)
+            queued = self.server.count > 0 or len(self.server.queue) > 0
+            with self.server.request() as req:
+                yield req
+                yield self.node.cores.serve(self.cpu_busy_s if queued else self.cpu_s)
         old = self.completed[worker]
         self.completed[worker] = completed
         self._at[old] -= 1

@@ -208,3 +208,14 @@ def test_only_runs_of_one_kind_are_averaged():
     assert mean_point(a, b).push_s == pytest.approx(3e-3) and mean_point(a, b).pulls == 10
     with pytest.raises(ValueError, match="one size"):
         mean_point(a, _sweep_point(4096, 2, 10, 2e-3))
+
+
+def test_call_cpu_figures_are_the_callee_cpu_per_call_of_each_series():
+    from testbed.calibration.calibrate import call_cpu_figures
+    # 100 paused calls (+1 that read the clock) took 80.8 ms of the callee's CPU; 200 queued
+    # (+1) took 50.25 ms
+    got = call_cpu_figures((1.0, 1.0808), 100, (2.0, 2.05025), 200)
+    assert got["actor_call_cpu_s"] == pytest.approx(0.0008)
+    assert got["actor_call_cpu_busy_s"] == pytest.approx(0.00025)
+    # a clock that went backwards (a restarted process) is no figure below zero
+    assert call_cpu_figures((2.0, 1.0), 10, (1.0, 1.0), 10)["actor_call_cpu_s"] == 0.0

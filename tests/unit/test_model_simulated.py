@@ -56,9 +56,12 @@ def run(cfg: ConfigFields, prof: HardwareProfile, **kw):
      {"gradient_fill_bytes_per_s": 1e6, "worker_cpu_per_step_s": 2 * MS, "server_cpu_per_step_s": 3 * MS}),
     ({"apply_seconds": 0.004, "sync": "sync"}, {}),
     ({"sync": "ssp", "staleness": 1}, {}),
+    # the clock's CPU calibrated: one worker's tick finds it idle, so still one call latency
+    ({"sync": "ssp", "staleness": 1}, {"actor_call_cpu_s": 0.6 * MS, "actor_call_cpu_busy_s": 0.2 * MS}),
 ])
 def test_one_worker_equals_the_closed_form(fields, extra):
-    cfg, prof = config(**fields), profile(extra=extra)
+    cpu = {k: extra.pop(k) for k in ("actor_call_cpu_s", "actor_call_cpu_busy_s") if k in extra}
+    cfg, prof = config(**fields), profile(extra=extra, **cpu)
     t = step_terms(cfg, prof)
     r = run(cfg, prof)
     clock = MS if cfg.sync.value == "ssp" else 0.0  # the tick of the step clock, every step but the last
@@ -238,6 +241,53 @@ def test_stragglers_and_ssp():
     free = run(config(workers=4, faults=slow), profile())
     assert ssp.phases["barrier"] > 0.01 and free.phases["barrier"] == 0.0
     assert ssp.train_s >= free.train_s
+
+
+def test_the_ssp_clock_takes_its_ticks_in_turn_on_the_cores():
+    from testbed.model.simactors import Node, SimClock
+    cfg = config(workers=4, sync="ssp", staleness=10**6)
+    env = simpy.Environment()
+    node = Node(env, sim_spec(cfg, profile(), step_terms(cfg, profile())))  # 64 free cores
+    call, idle_s, queued_s = MS, 0.6 * MS, 0.2 * MS
+    clock = SimClock(env, 4, 10**6, call, node, idle_s, queued_s)
+    done = []
+
+    def worker(i):
+        yield from clock.tick(i, 1)
+        done.append(env.now)
+
+    for i in range(4):
+        env.process(worker(i))
+    env.run()
+    # four ticks at once: the first finds the clock idle (one call latency), each later one
+    # waits for those before it and costs the queued figure
+    first = call
+    assert done == pytest.approx([first, first + queued_s, first + 2 * queued_s, first + 3 * queued_s])
+    # without its CPU the clock is a latency alone, however many tick at once
+    env2 = simpy.Environment()
+    plain = SimClock(env2, 4, 10**6, call)
+    ends = []
+
+    def w2(i):
+        yield from plain.tick(i, 1)
+        ends.append(env2.now)
+
+    for i in range(4):
+        env2.process(w2(i))
+    env2.run()
+    assert ends == pytest.approx([call] * 4)
+
+
+def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
+    cfg = config(workers=16, sync="ssp", staleness=10**6, compute={"seconds": 0.01})
+    quick = dict(server_call_overhead_s=1e-6, server_apply_bytes_per_s=1e12)  # pushes that do not spread the ticks
+    free = run(cfg, profile(**quick))
+    busy = run(cfg, profile(actor_call_cpu_s=0.6 * MS, actor_call_cpu_busy_s=0.3 * MS, **quick))
+    assert free.phases["barrier"] == pytest.approx(MS, rel=1e-9)
+    assert MS * 1.01 < busy.phases["barrier"] <= MS + 16 * 0.6 * MS
+    alone = run(config(workers=1, sync="ssp", staleness=1), profile(actor_call_cpu_s=0.6 * MS,
+                                                                     actor_call_cpu_busy_s=1e-9))
+    assert alone.phases["barrier"] == pytest.approx(MS, rel=1e-9)
 
 
 def test_kills_cost_a_restart():
