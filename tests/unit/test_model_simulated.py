@@ -243,39 +243,33 @@ def test_stragglers_and_ssp():
     assert ssp.train_s >= free.train_s
 
 
+def _tick_ends(env: simpy.Environment, clock, workers: int) -> list[float]:
+    """When each of ``workers`` ticks, all made at time 0, came back."""
+    ends: list[float] = []
+
+    def worker(i):
+        yield from clock.tick(i, 1)
+        ends.append(env.now)
+
+    for i in range(workers):
+        env.process(worker(i))
+    env.run()
+    return ends
+
+
 def test_the_ssp_clock_takes_its_ticks_in_turn_on_the_cores():
     from testbed.model.simactors import Node, SimClock
     cfg = config(workers=4, sync="ssp", staleness=10**6)
     env = simpy.Environment()
     node = Node(env, sim_spec(cfg, profile(), step_terms(cfg, profile())))  # 64 free cores
     call, idle_s, queued_s = MS, 0.6 * MS, 0.2 * MS
-    clock = SimClock(env, 4, 10**6, call, node, idle_s, queued_s)
-    done = []
-
-    def worker(i):
-        yield from clock.tick(i, 1)
-        done.append(env.now)
-
-    for i in range(4):
-        env.process(worker(i))
-    env.run()
+    done = _tick_ends(env, SimClock(env, 4, 10**6, call, node, idle_s, queued_s), 4)
     # four ticks at once: the first finds the clock idle (one call latency), each later one
     # waits for those before it and costs the queued figure
-    first = call
-    assert done == pytest.approx([first, first + queued_s, first + 2 * queued_s, first + 3 * queued_s])
+    assert done == pytest.approx([call, call + queued_s, call + 2 * queued_s, call + 3 * queued_s])
     # without its CPU the clock is a latency alone, however many tick at once
     env2 = simpy.Environment()
-    plain = SimClock(env2, 4, 10**6, call)
-    ends = []
-
-    def w2(i):
-        yield from plain.tick(i, 1)
-        ends.append(env2.now)
-
-    for i in range(4):
-        env2.process(w2(i))
-    env2.run()
-    assert ends == pytest.approx([call] * 4)
+    assert _tick_ends(env2, SimClock(env2, 4, 10**6, call), 4) == pytest.approx([call] * 4)
 
 
 def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
