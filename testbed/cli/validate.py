@@ -58,8 +58,9 @@ def dataset_read_bytes_per_s(cfg: RunConfig, readers: tuple[int, ...] = READERS)
     """Aggregate bandwidth of k concurrent readers, each reading its shard of the config's data
     set once (threads; the reads release the GIL), as k workers read it at init.
 
-    One untimed pass over the whole data set comes first: the runs read it again and again (every
-    config's init), and the first pass after it was prepared is not what they see. On the
+    One untimed pass over the whole data set comes first (``warm_dataset``, as every run makes):
+    the runs read it again and again (every config's init), and the first pass after it was
+    prepared is not what they see. On the
     2-core VM of 2026-12-01 (18:01), measured first, one reader read the 256 MiB data set of
     ``experiments/paper_cntk.yaml`` at 1.8 GB/s and two at 4.0; its runs then read 256 MiB per
     worker at 3.3-3.5 GB/s, one at a time, and the simulated init came out 91 % long."""
@@ -67,12 +68,10 @@ def dataset_read_bytes_per_s(cfg: RunConfig, readers: tuple[int, ...] = READERS)
     import threading
     import time
 
-    from testbed.data.dataset import prepare_dataset
+    from testbed.data.dataset import prepare_dataset, warm_dataset
     from testbed.data.diskio import DirectReader, init_read_plan, plan_bytes
 
-    info = prepare_dataset(cfg.data, cfg.workload.dataset_bytes)
-    with DirectReader(cfg.data.block_bytes, info.cache_bypass) as warm:
-        warm.read_plan(init_read_plan(info.files, cfg.workload.dataset_bytes, 0, 1, "shard"))
+    info = warm_dataset(prepare_dataset(cfg.data, cfg.workload.dataset_bytes), cfg.data.block_bytes)
     out = {}
     for k in readers:
         plans = [init_read_plan(info.files, cfg.workload.dataset_bytes, i, k, "shard") for i in range(k)]

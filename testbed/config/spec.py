@@ -154,8 +154,8 @@ class Data(_Strict):
     # One untimed pass over the node's data set before each config repeat's timed phases, so
     # every run finds the storage under the page cache (a virtual disk's host cache) in one
     # state, the one calibration measured; false for a data set too large to read twice
-    # (docs/model.md, "Init": a data set not read for a while read at 1.3-1.4 GB/s on the
-    # 2-core VM, the same files read again at 2.3-3.0).
+    # (docs/model.md, "The disk in the state calibration measured": a data set not read for a
+    # while read at 1.3-1.4 GB/s on the 2-core VM, the same files read again at 2.3-3.0).
     warm_pass: bool = True
 
     @field_validator("dir")

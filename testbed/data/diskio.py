@@ -151,7 +151,7 @@ class DirectReader:
         # here, at construction, not inside the first timed read. Where free memory is
         # fragmented that first touch compacts memory for the huge page: on the 2-core VM, with
         # 21 workers' 11 MiB gradients in memory, a worker's first read of 3.4 MiB took 9 ms
-        # with an untouched buffer and 1.6 ms with a touched one (the data set warm both times).
+        # with an untouched buffer and 1.5-1.9 ms with a touched one (the data set warm both times).
         self._view[:] = bytes(block_bytes)
         self._fds: dict[str, tuple[int, str]] = {}  # kept open: step reads revisit the same files
 

@@ -346,8 +346,8 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                             until)[:len(servers + hosts)]
                 if gate is not None:  # its process must be up before init is timed, too
                     _get_fail_fast([gate.done.remote()], until)
-                # Last before init: a cache under the page cache cools within a minute (docs/model.md,
-                # "Init"), and starting the actors takes seconds.
+                # Last before init: a cache under the page cache cools within a minute, and starting
+                # the actors takes seconds (docs/model.md, "The disk in the state calibration measured").
                 if prepared and cfg.data.warm_pass and all(isinstance(v, DatasetInfo) for v in prepared.values()):
                     prepared = prepare_on_nodes(_WarmDataset(prepared, cfg.data.block_bytes), list(prepared),
                                                 shared=False)
