@@ -71,8 +71,9 @@ Progress = Callable[[str], None]
 # rate at which the simulated disk serves concurrent random step reads; 12: the per-call sweep's
 # runs share their processes (``testbed.runner.run.ReusedActors``), and fewer samples of the
 # step reads and the scheduler (the calibration within its 90 s); 13: the callee's CPU per bare
-# actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock)
-CALIBRATION_VERSION = 13
+# actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock);
+# 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick)
+CALIBRATION_VERSION = 14
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -182,18 +183,25 @@ QUEUED_IN_FLIGHT = 8
 
 
 def call_cpu_figures(paused: tuple[float, float], paused_calls: int, queued: tuple[float, float],
-                     queued_calls: int) -> dict[str, float]:
+                     queued_calls: int, caller: Optional[tuple[float, float]] = None) -> dict[str, float]:
     """The callee's CPU per call from its CPU clock around a series of calls after a pause and
     one of queued calls (each count plus the one call that read the clock at the end; pure).
 
     Why both: a Ray actor's CPU per call depends on whether it idles between calls. On the
     2-core VM (a bare 4 KiB call): an idle actor process burns 14 ms of CPU a second, a call
     every 25 ms cost it 1.52 ms, back to back 0.59, eight in flight 0.36. The simulated step
-    clock takes the first for a tick that finds it idle and the second for one that queues."""
+    clock takes the first for a tick that finds it idle and the second for one that queues.
+
+    ``caller``: the calling process's CPU clock around the paused series, the caller's CPU per
+    call (``actor_caller_cpu_s``: a worker's own side of its tick; 1.3-2.1 ms against the
+    callee's 1.1-1.6 ms on the 2-core VM of 2026-12-02, a round trip of 2.0-3.1 ms)."""
     def per_call(clock: tuple[float, float], calls: int) -> float:
         return max(0.0, clock[1] - clock[0]) / max(1, calls + 1)
-    return {"actor_call_cpu_s": per_call(paused, paused_calls),
-            "actor_call_cpu_busy_s": per_call(queued, queued_calls)}
+    out = {"actor_call_cpu_s": per_call(paused, paused_calls),
+           "actor_call_cpu_busy_s": per_call(queued, queued_calls)}
+    if caller is not None:
+        out["actor_caller_cpu_s"] = per_call(caller, paused_calls)
+    return out
 
 
 def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> dict[str, Any]:
@@ -206,14 +214,14 @@ def _measure_calls(probe: Any, echo: Any, quick: bool, progress: Progress) -> di
     # workers call, and keep the tight-loop figure for reference.
     progress("actor-call latency")
     # The callee's CPU too, around each series: per call after a pause, and per call queued.
-    cpu0 = ray.get(echo.cpu_s.remote())
+    cpu0, caller0 = ray.get([echo.cpu_s.remote(), probe.cpu_s.remote()])
     latency_s = _median(ray.get(probe.latency_s.remote(echo, reps // 2, CALL_PAUSE_S)))
-    cpu1 = ray.get(echo.cpu_s.remote())
+    cpu1, caller1 = ray.get([echo.cpu_s.remote(), probe.cpu_s.remote()])
     latency_hot_s = _median(ray.get(probe.latency_s.remote(echo, reps)))
     cpu2 = ray.get(echo.cpu_s.remote())
     queued = ray.get(probe.queued_calls.remote(echo, reps // QUEUED_IN_FLIGHT, QUEUED_IN_FLIGHT))
     cpu3 = ray.get(echo.cpu_s.remote())
-    call_cpu = call_cpu_figures((cpu0, cpu1), reps // 2, (cpu2, cpu3), queued)
+    call_cpu = call_cpu_figures((cpu0, cpu1), reps // 2, (cpu2, cpu3), queued, (caller0, caller1))
     progress("transfers, object store and copies across sizes")
     sizes = list(SIZES_BYTES)
     sweep = ray.get(probe.transfer_sweep_s.remote(echo, sizes, 6 if quick else 15, CALL_PAUSE_S))

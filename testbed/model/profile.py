@@ -136,6 +136,10 @@ class HardwareProfile:
     # (None: not calibrated; the simulated ssp clock is then a latency alone).
     actor_call_cpu_s: Optional[float] = None
     actor_call_cpu_busy_s: Optional[float] = None
+    # The caller's CPU for the same bare calls after a pause (its background included): a
+    # worker's side of its tick of the ssp step clock (None: not calibrated; the tick's way
+    # there and back is then a wait that takes no core).
+    actor_caller_cpu_s: Optional[float] = None
     gradient_fill_bytes_per_s: Optional[float] = None  # G: producing the gradient (untimed work per step)
     server_copy_bytes_per_s: Optional[float] = None    # C: a shard's parameter copy for a pull (None: A)
     step_cpu: Optional[StepCpuLine] = None   # schema 1's CPU per step (superseded by call_costs)
@@ -188,7 +192,7 @@ class HardwareProfile:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
         for name in ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
                      "server_copy_bytes_per_s", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
-                     "actor_call_cpu_busy_s"):
+                     "actor_call_cpu_busy_s", "actor_caller_cpu_s"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and value < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -223,7 +227,7 @@ class HardwareProfile:
         out = {name: float(getattr(self, name)) for name in (
             "object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
             "server_copy_bytes_per_s", "nodes", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
-            "actor_call_cpu_busy_s") if getattr(self, name) is not None}
+            "actor_call_cpu_busy_s", "actor_caller_cpu_s") if getattr(self, name) is not None}
         if self.step_cpu is not None:
             out.update({f"step_cpu.{f.name}": float(getattr(self.step_cpu, f.name))
                         for f in dataclasses.fields(self.step_cpu) if getattr(self.step_cpu, f.name) is not None})

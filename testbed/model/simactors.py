@@ -92,6 +92,9 @@ class SimSpec:
     # the call latency alone, as before calibration measured it.
     clock_cpu_s: float = 0.0
     clock_cpu_busy_s: float = 0.0
+    # The worker's own CPU for its tick (calibrated: a bare call's caller CPU after a pause),
+    # served on the cores within the call's latency; 0: that part of the tick takes no core.
+    tick_cpu_s: float = 0.0
 
 
 class Node:
@@ -246,25 +249,33 @@ class SimClock:
     of the slowest waits. The minimum is kept incrementally (a count of workers per value)."""
 
     def __init__(self, env: simpy.Environment, workers: int, staleness: int, call_s: float,
-                 node: Optional["Node"] = None, cpu_s: float = 0.0, cpu_busy_s: float = 0.0) -> None:
+                 node: Optional["Node"] = None, cpu_s: float = 0.0, cpu_busy_s: float = 0.0,
+                 caller_cpu_s: float = 0.0) -> None:
         """``cpu_s``, ``cpu_busy_s``: the clock process's CPU for a tick that finds it idle and
-        for one that waits behind another; the rest of ``call_s`` is the call's way there and
-        back. With ``cpu_s`` 0 (or no ``node``) a tick is ``call_s`` of latency alone."""
+        for one that waits behind another; ``caller_cpu_s``: the ticking worker's own CPU for the
+        call, on the cores (at most what of ``call_s`` the clock's CPU leaves); the rest of
+        ``call_s`` is the call's way there and back. Unloaded, a tick takes ``call_s`` whatever
+        the split; with ``cpu_s`` and ``caller_cpu_s`` 0 (or no ``node``) it is latency alone."""
         self.env, self.staleness, self.call_s = env, staleness, call_s
         self.node = node
         self.cpu_s, self.cpu_busy_s = min(cpu_s, call_s), min(cpu_busy_s, cpu_s, call_s)
         self.server = simpy.Resource(env, capacity=1) if node is not None and self.cpu_s > 0 else None
+        if self.server is None:
+            self.cpu_s = self.cpu_busy_s = 0.0
+        self.caller_cpu_s = min(caller_cpu_s, call_s - self.cpu_s) if node is not None else 0.0
         self.completed = [0] * workers
         self._at = {0: workers}            # completed steps -> workers there
         self.slowest = 0
         self._waiting: dict[int, simpy.Event] = {}  # slowest needed -> event
 
     def tick(self, worker: int, completed: int) -> Iterator[simpy.Event]:
+        if self.caller_cpu_s > 0:
+            yield self.node.cores.serve(self.caller_cpu_s)  # the worker's side: the call made, the answer read
         if self.server is None:
-            yield self.env.timeout(self.call_s)  # the call to the clock actor and its answer
+            yield self.env.timeout(self.call_s - self.caller_cpu_s)  # the call's way there and back
         else:
             # The clock is one process: its ticks take a core each, one after another.
-            yield self.env.timeout(self.call_s - self.cpu_s)
+            yield self.env.timeout(self.call_s - self.cpu_s - self.caller_cpu_s)
             queued = self.server.count > 0 or len(self.server.queue) > 0
             with self.server.request() as req:
                 yield req

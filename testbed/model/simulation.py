@@ -194,7 +194,7 @@ def simulate(spec: SimSpec) -> SimResult:
     service = Service(rng, spec.service == "exponential")
     shards = [SimShard(env, spec, s, node, shard_tally, service) for s in range(spec.servers)]
     clock = SimClock(env, spec.workers, spec.staleness, spec.call_s, node, spec.clock_cpu_s,
-                     spec.clock_cpu_busy_s) if spec.mode == "ssp" else None
+                     spec.clock_cpu_busy_s, spec.tick_cpu_s) if spec.mode == "ssp" else None
     client = SimClient(env, spec, node, shards)
     factors = _factors(spec)
     workers = [SimWorker(env, spec, i, node, client, clock, worker_tally, factors[i]) for i in range(spec.workers)]

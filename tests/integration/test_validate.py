@@ -179,12 +179,15 @@ def test_calibration_measures_the_init_call_to_several_processes(validated, cach
     assert profile.init_call_s is not None and profile.init_call_s > 0
 
 
-def test_calibration_measures_a_bare_calls_cpu_at_the_callee(validated, cache_dir):
+def test_calibration_measures_a_bare_calls_cpu_at_the_callee_and_the_caller(validated, cache_dir):
     profile, _, _ = _quick(validated)
     idle, queued = profile.actor_call_cpu_s, profile.actor_call_cpu_busy_s
     assert idle is not None and queued is not None
     # a bare call costs its callee some CPU, and less than its whole round trip after a pause
     assert 0 < idle < profile.actor_call_latency_s * 5 and 0 < queued < 0.1
+    # and its caller some (a worker's side of a tick of the ssp clock)
+    caller = profile.actor_caller_cpu_s
+    assert caller is not None and 0 < caller < profile.actor_call_latency_s * 5
 
 
 def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):

@@ -219,3 +219,7 @@ def test_call_cpu_figures_are_the_callee_cpu_per_call_of_each_series():
     assert got["actor_call_cpu_busy_s"] == pytest.approx(0.00025)
     # a clock that went backwards (a restarted process) is no figure below zero
     assert call_cpu_figures((2.0, 1.0), 10, (1.0, 1.0), 10)["actor_call_cpu_s"] == 0.0
+    # the caller's clock around the paused series: its CPU per call (a worker's side of a tick)
+    assert "actor_caller_cpu_s" not in got
+    caller = call_cpu_figures((1.0, 1.0808), 100, (2.0, 2.05025), 200, caller=(5.0, 5.101))
+    assert caller["actor_caller_cpu_s"] == pytest.approx(0.001)

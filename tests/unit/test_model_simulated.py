@@ -58,9 +58,12 @@ def run(cfg: ConfigFields, prof: HardwareProfile, **kw):
     ({"sync": "ssp", "staleness": 1}, {}),
     # the clock's CPU calibrated: one worker's tick finds it idle, so still one call latency
     ({"sync": "ssp", "staleness": 1}, {"actor_call_cpu_s": 0.6 * MS, "actor_call_cpu_busy_s": 0.2 * MS}),
+    # and the worker's own side of the tick: on a free core, within the same latency
+    ({"sync": "ssp", "staleness": 1}, {"actor_call_cpu_s": 0.6 * MS, "actor_call_cpu_busy_s": 0.2 * MS,
+                                       "actor_caller_cpu_s": 0.3 * MS}),
 ])
 def test_one_worker_equals_the_closed_form(fields, extra):
-    cpu = {k: extra.pop(k) for k in ("actor_call_cpu_s", "actor_call_cpu_busy_s") if k in extra}
+    cpu = {k: extra.pop(k) for k in ("actor_call_cpu_s", "actor_call_cpu_busy_s", "actor_caller_cpu_s") if k in extra}
     cfg, prof = config(**fields), profile(extra=extra, **cpu)
     t = step_terms(cfg, prof)
     r = run(cfg, prof)
@@ -270,6 +273,27 @@ def test_the_ssp_clock_takes_its_ticks_in_turn_on_the_cores():
     # without its CPU the clock is a latency alone, however many tick at once
     env2 = simpy.Environment()
     assert _tick_ends(env2, SimClock(env2, 4, 10**6, call), 4) == pytest.approx([call] * 4)
+
+
+def test_the_workers_side_of_a_tick_takes_a_core():
+    from testbed.model.simactors import Node, SimClock
+    cfg = config(workers=4, sync="ssp", staleness=10**6)
+    call, caller = MS, 0.3 * MS
+
+    def ends(cores: int, caller_s: float) -> list[float]:
+        env = simpy.Environment()
+        prof = profile(cores_per_node=cores)
+        node = Node(env, sim_spec(cfg, prof, step_terms(cfg, prof)))
+        return _tick_ends(env, SimClock(env, 4, 10**6, call, node, caller_cpu_s=caller_s), 4)
+
+    # on free cores the caller's CPU is inside the call latency: four ticks at once, one call each
+    assert ends(64, caller) == pytest.approx([call] * 4)
+    # four at once on one core share it (processor sharing): each caller's 0.3 ms ends at 1.2 ms,
+    # then the call's way there and back (1 ms less the 0.3 taken on the core)
+    assert ends(1, caller) == pytest.approx([4 * caller + call - caller] * 4)
+    assert ends(1, 0.0) == pytest.approx([call] * 4)  # uncalibrated: a latency alone
+    # it is never more than the call latency leaves
+    assert ends(64, 5 * MS) == pytest.approx([call] * 4)
 
 
 def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
