@@ -95,6 +95,10 @@ class SimSpec:
     # The worker's own CPU for its tick (calibrated: a bare call's caller CPU after a pause),
     # served on the cores within the call's latency; 0: that part of the tick takes no core.
     tick_cpu_s: float = 0.0
+    # The shard's interpreter lock (GIL): a call's dispatch holds it, and the applying thread,
+    # back from the emulated apply's sleep (which lets it go), waits for it before it goes on
+    # with the lock still held (False: not modelled; docs/model.md, "An eighth").
+    gil: bool = False
 
 
 class Node:
@@ -127,6 +131,7 @@ class SimShard:
                  service: Service) -> None:
         self.env, self.spec, self.shard, self.node, self.tally, self.service = env, spec, shard, node, tally, service
         self.lock = simpy.Resource(env, capacity=1)
+        self.gil = simpy.Resource(env, capacity=1) if spec.gil else None
         self.version = 0
         self.busy_s = 0.0                      # time the lock was held
         self._reached: dict[int, simpy.Event] = {}  # version -> event of the pulls waiting for it
@@ -151,6 +156,19 @@ class SimShard:
             yield self.node.cores.serve(cpu_s * f)
         if sleep_s > 0:
             yield self.env.timeout(sleep_s * f)
+        if self.gil is not None and sleep_s > 0:
+            # Back from the sleep (which lets the interpreter go): wait for it.
+            with self.gil.request() as req:
+                yield req
+
+    def _dispatch(self) -> Iterator[simpy.Event]:
+        """A call's dispatch on a core, outside the lock (holding the interpreter, if modelled)."""
+        if self.gil is None:
+            yield self.node.cores.serve(self.spec.overhead_s)
+            return
+        with self.gil.request() as req:
+            yield req
+            yield self.node.cores.serve(self.spec.overhead_s)
 
     def push(self, worker: int, step: int, copy: bool = False) -> Iterator[simpy.Event]:
         """Apply one push under the lock; with ``copy``, the pull that is due travels with it
@@ -159,7 +177,7 @@ class SimShard:
         env, spec = self.env, self.spec
         t_call = env.now
         if spec.overhead_s > 0:
-            yield self.node.cores.serve(spec.overhead_s)  # the call's dispatch, outside the lock
+            yield from self._dispatch()  # the call's dispatch, outside the lock
         link_s = 0.0
         if self.links_shaped:
             # The slice's bytes through the inbound link, before the lock (a push waiting for the
@@ -197,7 +215,7 @@ class SimShard:
         env = self.env
         t_call = env.now
         if self.spec.overhead_s > 0:
-            yield self.node.cores.serve(self.spec.overhead_s)
+            yield from self._dispatch()
         with self.lock.request() as req:
             yield req
             start = env.now

@@ -296,6 +296,40 @@ def test_the_workers_side_of_a_tick_takes_a_core():
     assert ends(64, 5 * MS) == pytest.approx([call] * 4)
 
 
+def _applies_done(gil: bool) -> list[float]:
+    """Two pushes to one shard, at 0 and 1 ms: a 2 ms dispatch on a core, then under the lock a
+    1 ms sleep (the emulated apply) and no CPU; when each push was done."""
+    import dataclasses
+
+    from testbed.model.simactors import Node, Service, SimShard
+    from testbed.model.simkit import Tally
+    cfg = config(workers=2)
+    base = sim_spec(cfg, profile(), step_terms(cfg, profile()))  # 64 free cores
+    spec = dataclasses.replace(base, overhead_s=2 * MS, apply_cpu_s=0.0, apply_sleep_s=MS, copy_s=0.0, gil=gil)
+    env = simpy.Environment()
+    shard = SimShard(env, spec, 0, Node(env, spec), Tally(), Service(np.random.default_rng(0), False))
+    done: list[float] = []
+
+    def push(at: float, worker: int):
+        yield env.timeout(at)
+        done.append((yield from shard.push(worker, 0)))
+
+    env.process(push(0.0, 0))
+    env.process(push(MS, 1))
+    env.run()
+    return done
+
+
+def test_a_shard_back_from_the_applys_sleep_waits_for_its_interpreter():
+    # Without the interpreter: the first push's apply sleeps 2-3 ms while the second's dispatch
+    # runs beside it on another core (1-3 ms), then takes the lock and sleeps 3-4 ms.
+    assert _applies_done(gil=False) == pytest.approx([3 * MS, 4 * MS])
+    # With it: the second dispatch waits for the first's (it holds the interpreter until 2 ms),
+    # runs 2-4 ms, and the first apply, back from its sleep at 3 ms, waits for it until 4 ms
+    # (lock still held); the second then takes the lock and sleeps 4-5 ms.
+    assert _applies_done(gil=True) == pytest.approx([4 * MS, 5 * MS])
+
+
 def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
     cfg = config(workers=16, sync="ssp", staleness=10**6, compute={"seconds": 0.01})
     quick = dict(server_call_overhead_s=1e-6, server_apply_bytes_per_s=1e12)  # pushes that do not spread the ticks
