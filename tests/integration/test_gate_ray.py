@@ -6,6 +6,7 @@ the init time grows with the worker count. Parallel init (no gate): they overlap
 
 from __future__ import annotations
 
+import statistics
 import sys
 import threading
 import time
@@ -99,10 +100,15 @@ def test_sequential_init_time_grows_with_the_worker_count(ray_local, workers: li
         reads = reads_in_start_order(events)
         start = min(e[Phase.INIT_WAIT].start_ns for e in events.values())
         return reads[-1].end_ns - start, sum(r.duration_ns for r in reads)
-    one, _ = init_span_ns(1)
-    three, three_reads = init_span_ns(3)
-    assert three >= three_reads  # no overlap: the reads add up
-    assert three > 1.8 * one
+    # Interleaved and taken at the median of three each: one pair alone read 67 ms for three
+    # against 38 for one (x1.75) on a 2-core VM whose disk drifts by a quarter within seconds.
+    ones, threes = [], []
+    for _ in range(3):
+        ones.append(init_span_ns(1)[0])
+        three, three_reads = init_span_ns(3)
+        assert three >= three_reads  # no overlap: the reads add up
+        threes.append(three)
+    assert statistics.median(threes) > 1.8 * statistics.median(ones)
 
 
 def test_parallel_reads_overlap(ray_local, workers: list) -> None:
