@@ -116,6 +116,13 @@ class StepCpuLine:
                 raise ValueError(f"step_cpu.{f.name} must be finite and >= 0, got {value}")
 
 
+# The optional scalar figures (None: not calibrated): each finite and >= 0 when set, and listed
+# in profile tables (``HardwareProfile.scalar_figures``, with ``nodes``).
+_OPTIONAL_SCALARS = ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
+                     "server_copy_bytes_per_s", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
+                     "actor_call_cpu_busy_s", "actor_caller_cpu_s")
+
+
 @dataclasses.dataclass(frozen=True)
 class HardwareProfile:
     """Calibrated figures of one machine or cluster (see docs/model.md for which term each feeds)."""
@@ -190,9 +197,7 @@ class HardwareProfile:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.cores_per_node < 1:
             raise ValueError(f"cores_per_node must be >= 1, got {self.cores_per_node}")
-        for name in ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-                     "server_copy_bytes_per_s", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
-                     "actor_call_cpu_busy_s", "actor_caller_cpu_s"):
+        for name in _OPTIONAL_SCALARS:
             value = getattr(self, name)
             if value is not None and not (value >= 0 and value < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -224,10 +229,9 @@ class HardwareProfile:
 
     def scalar_figures(self) -> dict[str, float]:
         """The optional scalar figures that are set, by name (for profile tables)."""
-        out = {name: float(getattr(self, name)) for name in (
-            "object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
-            "server_copy_bytes_per_s", "nodes", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
-            "actor_call_cpu_busy_s", "actor_caller_cpu_s") if getattr(self, name) is not None}
+        # ``nodes`` in its place among them, as the tables have always listed it
+        names = (*_OPTIONAL_SCALARS[:4], "nodes", *_OPTIONAL_SCALARS[4:])
+        out = {name: float(getattr(self, name)) for name in names if getattr(self, name) is not None}
         if self.step_cpu is not None:
             out.update({f"step_cpu.{f.name}": float(getattr(self.step_cpu, f.name))
                         for f in dataclasses.fields(self.step_cpu) if getattr(self.step_cpu, f.name) is not None})

@@ -289,11 +289,9 @@ class SimClock:
     def tick(self, worker: int, completed: int) -> Iterator[simpy.Event]:
         if self.caller_cpu_s > 0:
             yield self.node.cores.serve(self.caller_cpu_s)  # the worker's side: the call made, the answer read
-        if self.server is None:
-            yield self.env.timeout(self.call_s - self.caller_cpu_s)  # the call's way there and back
-        else:
+        yield self.env.timeout(self.call_s - self.cpu_s - self.caller_cpu_s)  # the call's way there and back
+        if self.server is not None:
             # The clock is one process: its ticks take a core each, one after another.
-            yield self.env.timeout(self.call_s - self.cpu_s - self.caller_cpu_s)
             queued = self.server.count > 0 or len(self.server.queue) > 0
             with self.server.request() as req:
                 yield req
