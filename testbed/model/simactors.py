@@ -9,7 +9,7 @@ from the same ``StepTerms`` as every family (``testbed/model/simfamily.py``):
 - every CPU burst (a worker's RPC work and gradient production, a shard's dispatch, apply
   and copy, spin and matmul compute) is served by the node's cores, a processor-sharing
   resource of K cores (``SharedRate``), so N workers and S shards time-share them;
-- a shard applies pushes one at a time under its lock (``simpy.Resource(1)``) and its apply
+- a shard applies pushes one at a time under its lock (a first-come ``Mutex``) and its apply
   needs a core while it holds the lock, so a saturated CPU stretches the lock's hold time;
 - step reads share the disk by its measured concurrency curve;
 - shaped links (docs/network.md): each shard's inbound and outbound link is a processor-sharing
@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 import numpy as np
 import simpy
 
-from testbed.model.simkit import SharedRate, Tally, cores_rate, multipliers_rate
+from testbed.model.simkit import Mutex, SharedRate, Tally, cores_rate, multipliers_rate
 
 __all__ = ["SimSpec", "Node", "Service", "SimShard", "SimClock", "SimClient", "QUEUE", "APPLY", "PUSH_SERVER",
            "PULL_SERVER"]
@@ -130,8 +130,8 @@ class SimShard:
     def __init__(self, env: simpy.Environment, spec: SimSpec, shard: int, node: Node, tally: Tally,
                  service: Service) -> None:
         self.env, self.spec, self.shard, self.node, self.tally, self.service = env, spec, shard, node, tally, service
-        self.lock = simpy.Resource(env, capacity=1)
-        self.gil = simpy.Resource(env, capacity=1) if spec.gil else None
+        self.lock = Mutex(env)
+        self.gil = Mutex(env) if spec.gil else None
         self.version = 0
         self.busy_s = 0.0                      # time the lock was held
         self._reached: dict[int, simpy.Event] = {}  # version -> event of the pulls waiting for it
@@ -158,17 +158,21 @@ class SimShard:
             yield self.env.timeout(sleep_s * f)
         if self.gil is not None and sleep_s > 0:
             # Back from the sleep (which lets the interpreter go): wait for it.
-            with self.gil.request() as req:
-                yield req
+            turn = self.gil.acquire()
+            if turn is not None:
+                yield turn
+            self.gil.release()
 
     def _dispatch(self) -> Iterator[simpy.Event]:
         """A call's dispatch on a core, outside the lock (holding the interpreter, if modelled)."""
         if self.gil is None:
             yield self.node.cores.serve(self.spec.overhead_s)
             return
-        with self.gil.request() as req:
-            yield req
-            yield self.node.cores.serve(self.spec.overhead_s)
+        turn = self.gil.acquire()
+        if turn is not None:
+            yield turn
+        yield self.node.cores.serve(self.spec.overhead_s)
+        self.gil.release()
 
     def push(self, worker: int, step: int, copy: bool = False) -> Iterator[simpy.Event]:
         """Apply one push under the lock; with ``copy``, the pull that is due travels with it
@@ -186,24 +190,26 @@ class SimShard:
             yield from self._link(self.link_in)
             link_s = env.now - t_link
         arrive = env.now
-        with self.lock.request() as req:
-            yield req
-            if self.version in self.kill_updates:     # kill_server: down until Ray has restarted it
-                self.kill_updates.discard(self.version)
-                yield env.timeout(spec.restart_s)
-            start = env.now
-            yield from self._work(spec.apply_cpu_s, spec.apply_sleep_s)
-            self.version += 1
-            self.busy_s += env.now - start
-            self.tally.add(QUEUE, start - arrive)
-            self.tally.add(APPLY, env.now - start)
-            reached = self._reached.pop(self.version, None)
-            if reached is not None:
-                reached.succeed()
-            pushed = env.now
-            if copy:
-                yield from self._work(spec.copy_s, 0.0)
-                self.busy_s += env.now - pushed
+        turn = self.lock.acquire()
+        if turn is not None:
+            yield turn
+        if self.version in self.kill_updates:     # kill_server: down until Ray has restarted it
+            self.kill_updates.discard(self.version)
+            yield env.timeout(spec.restart_s)
+        start = env.now
+        yield from self._work(spec.apply_cpu_s, spec.apply_sleep_s)
+        self.version += 1
+        self.busy_s += env.now - start
+        self.tally.add(QUEUE, start - arrive)
+        self.tally.add(APPLY, env.now - start)
+        reached = self._reached.pop(self.version, None)
+        if reached is not None:
+            reached.succeed()
+        pushed = env.now
+        if copy:
+            yield from self._work(spec.copy_s, 0.0)
+            self.busy_s += env.now - pushed
+        self.lock.release()
         self.tally.add(PUSH_SERVER, pushed - t_call - link_s)
         if copy:
             self.tally.add(PULL_SERVER, env.now - pushed)
@@ -216,11 +222,13 @@ class SimShard:
         t_call = env.now
         if self.spec.overhead_s > 0:
             yield from self._dispatch()
-        with self.lock.request() as req:
-            yield req
-            start = env.now
-            yield from self._work(self.spec.copy_s, 0.0)
-            self.busy_s += env.now - start
+        turn = self.lock.acquire()
+        if turn is not None:
+            yield turn
+        start = env.now
+        yield from self._work(self.spec.copy_s, 0.0)
+        self.busy_s += env.now - start
+        self.lock.release()
         self.tally.add(PULL_SERVER, env.now - t_call)
         if self.links_shaped:
             yield from self._link(self.link_out)
@@ -238,24 +246,28 @@ class SimShard:
                 reached = self._reached[version] = env.event()
             yield reached
         shared = False
-        with self.lock.request() as req:
-            yield req
-            waited = env.now - t0
-            if self._snapshot != version:
-                start = env.now
-                yield from self._work(self.spec.copy_s, 0.0)
-                self._snapshot = version
-                self.busy_s += env.now - start
-            else:
-                shared = True
+        turn = self.lock.acquire()
+        if turn is not None:
+            yield turn
+        waited = env.now - t0
+        if self._snapshot != version:
+            start = env.now
+            yield from self._work(self.spec.copy_s, 0.0)
+            self._snapshot = version
+            self.busy_s += env.now - start
+        else:
+            shared = True
+        self.lock.release()
         if shared and self.spec.reply_s > 0:
             # Its own reply, one woken call at a time (the shard's interpreter takes them in
             # turn), after the wait: the shard records the wait until it holds the lock again
             # and returns the snapshot after letting it go (actors/server.py ``pull_at``), so a
             # call's turn behind the earlier replies is its pull's, not its barrier's.
-            with self.lock.request() as req:
-                yield req
-                yield self.node.cores.serve(self.spec.reply_s * self.service.factor())
+            turn = self.lock.acquire()
+            if turn is not None:
+                yield turn
+            yield self.node.cores.serve(self.spec.reply_s * self.service.factor())
+            self.lock.release()
         self.tally.add(PULL_SERVER, env.now - t_call - waited)
         if self.links_shaped:
             yield from self._link(self.link_out)
@@ -277,7 +289,7 @@ class SimClock:
         self.env, self.staleness, self.call_s = env, staleness, call_s
         self.node = node
         self.cpu_s, self.cpu_busy_s = min(cpu_s, call_s), min(cpu_busy_s, cpu_s, call_s)
-        self.server = simpy.Resource(env, capacity=1) if node is not None and self.cpu_s > 0 else None
+        self.server = Mutex(env) if node is not None and self.cpu_s > 0 else None
         if self.server is None:
             self.cpu_s = self.cpu_busy_s = 0.0
         self.caller_cpu_s = min(caller_cpu_s, call_s - self.cpu_s) if node is not None else 0.0
@@ -292,10 +304,12 @@ class SimClock:
         yield self.env.timeout(self.call_s - self.cpu_s - self.caller_cpu_s)  # the call's way there and back
         if self.server is not None:
             # The clock is one process: its ticks take a core each, one after another.
-            queued = self.server.count > 0 or len(self.server.queue) > 0
-            with self.server.request() as req:
-                yield req
-                yield self.node.cores.serve(self.cpu_busy_s if queued else self.cpu_s)
+            queued = self.server.held
+            turn = self.server.acquire()
+            if turn is not None:
+                yield turn
+            yield self.node.cores.serve(self.cpu_busy_s if queued else self.cpu_s)
+            self.server.release()
         old = self.completed[worker]
         self.completed[worker] = completed
         self._at[old] -= 1

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from collections import deque
+from typing import Callable, Optional
 
 import numpy as np
 import simpy
 
-__all__ = ["SharedRate", "Tally", "PhaseTimer", "draw_factors", "multipliers_rate", "cores_rate"]
+__all__ = ["SharedRate", "Mutex", "Tally", "PhaseTimer", "draw_factors", "multipliers_rate", "cores_rate"]
 
 # Relative slack when deciding that a job's work is done: the virtual clock is a sum of
 # products, and a job must not wait for a second timer over a rounding error.
@@ -55,30 +56,41 @@ class SharedRate:
     Kept as a virtual clock (the work each present job has received since the resource was
     created): a job arriving at virtual time ``v`` with work ``w`` leaves at ``v + w``, so one
     heap of finish marks and one pending timer serve any number of jobs. A timer made stale
-    by an arrival or a departure is ignored when it fires (its generation has passed).
+    by an arrival or a departure is ignored when it fires (it is no longer the pending one).
     """
 
     def __init__(self, env: simpy.Environment, rate: Callable[[int], float], top_rate: float) -> None:
         self.env = env
         self.rate = rate
         self.top_rate = top_rate        # the largest rate(j): the utilisation's denominator
-        self._jobs: list[tuple[float, int, simpy.Event]] = []  # (finish mark, sequence, done)
+        self._jobs: list[tuple[float, int, Optional[simpy.Event]]] = []  # (finish mark, sequence, done)
         self._virtual = 0.0
         self._stamp = env.now
         self._seq = 0
-        self._generation = 0
+        self._timer: Optional[simpy.Event] = None  # the pending timer: any other that fires is stale
         self._wake_at: float | None = None  # when the pending timer fires
         self._occupants = 0             # present for a fixed time: they share the rate, need no timer
+        self._total = 0.0               # rate(j) and rate(j) / j for the j present now, set when j changes
+        self._per_job = 0.0
         self.served = 0.0               # integral of rate(j) dt: work done, for the utilisation
 
     def _advance(self) -> None:
-        j = len(self._jobs) + self._occupants
+        """Bring the virtual clock and the work done up to now (at the speed since the last change)."""
         now = self.env.now
+        elapsed = now - self._stamp
+        if elapsed:
+            self._virtual += elapsed * self._per_job
+            self.served += elapsed * self._total
+            self._stamp = now
+
+    def _set_speed(self) -> None:
+        """The number present changed: the speed each job now progresses at."""
+        j = len(self._jobs) + self._occupants
         if j:
-            total = self.rate(j)
-            self._virtual += (now - self._stamp) * total / j
-            self.served += (now - self._stamp) * total
-        self._stamp = now
+            total = self._total = self.rate(j)
+            self._per_job = total / j
+        else:
+            self._total = self._per_job = 0.0
 
     def occupy(self, duration_s: float):
         """A process (``yield from``) that is present for ``duration_s`` of simulated time,
@@ -87,12 +99,14 @@ class SharedRate:
             return
         self._advance()
         self._occupants += 1
+        self._set_speed()
         self._reschedule()
         try:
             yield self.env.timeout(duration_s)
         finally:
             self._advance()
             self._occupants -= 1
+            self._set_speed()
             self._reschedule()
 
     @property
@@ -108,8 +122,15 @@ class SharedRate:
 
     def _reschedule(self) -> None:
         """The jobs' speed changed both ways: drop the pending timer and set a new one."""
-        self._generation += 1
+        self._timer = None
         self._wake_at = None
+        self._schedule()
+
+    def _arrive(self, work_s: float, done: Optional[simpy.Event]) -> None:
+        self._advance()
+        heapq.heappush(self._jobs, (self._virtual + work_s, self._seq, done))
+        self._seq += 1
+        self._set_speed()
         self._schedule()
 
     def serve(self, work_s: float) -> simpy.Event:
@@ -117,43 +138,99 @@ class SharedRate:
         done = self.env.event()
         if work_s <= 0:
             done.succeed()
-            return done
-        self._advance()
-        heapq.heappush(self._jobs, (self._virtual + work_s, self._seq, done))
-        self._seq += 1
-        self._schedule()
+        else:
+            self._arrive(work_s, done)
         return done
+
+    def serve_unwaited(self, work_s: float) -> None:
+        """``work_s`` of work that takes its share but that nobody waits for (no event fires
+        when it is done: the process's background CPU)."""
+        if work_s > 0:
+            self._arrive(work_s, None)
 
     def _schedule(self) -> None:
         if not self._jobs:
             return
-        j = len(self._jobs) + self._occupants
-        per_job = self.rate(j) / j
-        fire = self.env.now + max(0.0, (self._jobs[0][0] - self._virtual) / per_job)
+        now = self.env.now
+        ahead = self._jobs[0][0] - self._virtual
+        fire = now + ahead / self._per_job if ahead > 0 else now
         if self._wake_at is not None and self._wake_at <= fire:
             # The pending timer fires no later than needed: keep it (if early, it finds no job
             # done and sets the next one). Arrivals that slow everyone cost no new timer.
             return
-        self._generation += 1
         self._wake_at = fire
-        timer = self.env.timeout(fire - self.env.now)
-        generation = self._generation
-        timer.callbacks.append(lambda _event: self._expire(generation))
+        timer = self._timer = self.env.timeout(fire - now)
+        timer.callbacks.append(self._expire)
 
-    def _expire(self, generation: int) -> None:
-        if generation != self._generation:
-            return
+    def _expire(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
+            return  # made stale by a change of speed since it was set
+        self._timer = None
         self._wake_at = None
         self._advance()
-        slack = _EPS * max(1.0, abs(self._virtual))
-        while self._jobs and self._jobs[0][0] <= self._virtual + slack:
-            heapq.heappop(self._jobs)[2].succeed()
+        limit = self._virtual + _EPS * max(1.0, abs(self._virtual))
+        jobs = self._jobs
+        finished = []
+        while jobs and jobs[0][0] <= limit:
+            done = heapq.heappop(jobs)[2]
+            if done is not None:
+                finished.append(done)
+        self._set_speed()
         self._schedule()
+        for done in finished:
+            _fire_now(done)
 
     def utilization(self, elapsed_s: float) -> float:
         """Work done over what the top rate could have done in ``elapsed_s``."""
         self._advance()
         return self.served / (elapsed_s * self.top_rate) if elapsed_s > 0 and self.top_rate > 0 else 0.0
+
+
+def _fire_now(event: simpy.Event) -> None:
+    """Succeed ``event`` and run its callbacks (the waiting process) at once: what SimPy's
+    ``Environment.step`` does when it takes the event off its queue at this same instant,
+    without the round trip through the queue. Only from a timer's callback (never inside a
+    process), with the resource's state already settled."""
+    event._ok = True
+    event._value = None
+    callbacks, event.callbacks = event.callbacks, None
+    for callback in callbacks:
+        callback(event)
+
+
+class Mutex:
+    """A lock one process holds at a time, handed on first come first served (a shard's lock,
+    its interpreter, the step clock's one thread).
+
+    ``simpy.Resource(1)`` does the same with two events per hold (the request's and the
+    release's) and its queue machinery; here taking a free lock schedules nothing and handing
+    it on schedules one event (the next holder's). The 1024 x 100 benchmark holds a lock
+    twice a step per worker: docs/model.md gives the figures.
+    """
+
+    __slots__ = ("env", "held", "_waiting")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.held = False
+        self._waiting: deque[simpy.Event] = deque()
+
+    def acquire(self) -> Optional[simpy.Event]:
+        """Take the lock: None when it was free (the caller holds it now), else an event that
+        fires when it is handed to the caller (``yield`` it)."""
+        if not self.held:
+            self.held = True
+            return None
+        turn = self.env.event()
+        self._waiting.append(turn)
+        return turn
+
+    def release(self) -> None:
+        """Let it go: to the first waiting, who holds it from now, or free."""
+        if self._waiting:
+            self._waiting.popleft().succeed()
+        else:
+            self.held = False
 
 
 class Tally:

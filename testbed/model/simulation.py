@@ -78,6 +78,9 @@ class SimWorker:
         steps = spec.steps
         pull_every = spec.pull_every
         mode = spec.mode
+        # A plain sleep (no background CPU) is one timeout: no generator a step for it.
+        plain_sleep = spec.compute_mode == "sleep" and spec.background_s <= 0
+        durations, compute_timer = self.durations, self.timed[COMPUTE]
         for step in range(self.steps_done, steps):
             if step in self.kill_steps:  # kill_worker: the process exits, Ray restarts it, it resumes here
                 with self.timed[RESTART]:
@@ -91,8 +94,12 @@ class SimWorker:
                         wait = spec.read_ops * load_curve_at(spec.wake, node.cores.present / spec.cores)
                         if wait > 0:
                             yield env.timeout(wait)
-            with self.timed[COMPUTE]:
-                yield from self.compute(step)
+            with compute_timer:
+                if plain_sleep:
+                    if durations[step] > 0:
+                        yield env.timeout(durations[step])
+                else:
+                    yield from self.compute(step)
             if spec.fill_s > 0:
                 yield node.cores.serve(spec.fill_s)  # grad = self.source.fill(step): untimed
             pull_due = (step + 1) % pull_every == 0
@@ -126,7 +133,7 @@ class SimWorker:
         if self.spec.background_s > 0:
             # The processes' other CPU (Ray's threads, recording events, the shards' share for this
             # step) runs while the worker computes; nobody waits for it, but it takes a core.
-            self.node.cores.serve(self.spec.background_s)
+            self.node.cores.serve_unwaited(self.spec.background_s)
         duration = self.durations[step]
         if duration <= 0:
             return

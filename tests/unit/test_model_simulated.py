@@ -19,7 +19,7 @@ from testbed.config.spec import ConfigFields
 from testbed.model import Centre, ModelFamily, init_seconds, predict, solve_mva, step_terms
 from testbed.model.profile import DiskProfile, HardwareProfile, StepCpuLine, migrate_v1
 from testbed.model.simfamily import sim_spec
-from testbed.model.simkit import SharedRate, cores_rate
+from testbed.model.simkit import Mutex, SharedRate, cores_rate
 from testbed.model.simulation import simulate
 
 MS = 1e-3
@@ -177,6 +177,62 @@ def test_processor_sharing_resource():
         env.run()
         assert [got[i] for i in range(len(works))] == pytest.approx(ends)
         assert cpu.utilization(env.now) == pytest.approx(sum(works) / (cores * env.now))
+
+
+def test_unwaited_work_takes_its_share_and_fires_nothing():
+    # A 1 s job and 1 s of background work on one core: the job ends at 2 s, no event for the other.
+    env = simpy.Environment()
+    cpu = SharedRate(env, cores_rate(1), 1.0)
+    got = []
+    cpu.serve_unwaited(1.0)
+    cpu.serve(1.0).callbacks.append(lambda _e: got.append(env.now))
+    env.run()
+    assert got == [pytest.approx(2.0)]
+    assert cpu.present == 0 and cpu.utilization(2.0) == pytest.approx(1.0)
+
+
+def test_a_process_waiting_on_the_cores_resumes_when_its_work_is_done():
+    # Processes that yield their bursts: 0.5 s and 1 s on one core end at 1 s and 1.5 s, and
+    # each goes on with its next timeout from there.
+    env = simpy.Environment()
+    cpu = SharedRate(env, cores_rate(1), 1.0)
+    ends = {}
+
+    def proc(name, work):
+        yield cpu.serve(work)
+        ends[name, "burst"] = env.now
+        yield env.timeout(0.25)
+        ends[name, "after"] = env.now
+
+    env.process(proc("a", 0.5))
+    env.process(proc("b", 1.0))
+    env.run()
+    assert ends == pytest.approx({("a", "burst"): 1.0, ("a", "after"): 1.25,
+                                  ("b", "burst"): 1.5, ("b", "after"): 1.75})
+
+
+def test_the_mutex_is_handed_on_first_come_first_served():
+    env = simpy.Environment()
+    lock = Mutex(env)
+    held = []
+
+    def proc(name, arrive, hold):
+        yield env.timeout(arrive)
+        turn = lock.acquire()
+        if turn is not None:
+            yield turn
+        held.append((name, env.now))
+        yield env.timeout(hold)
+        lock.release()
+
+    for name, arrive in [("a", 0.0), ("c", 0.2), ("b", 0.1)]:
+        env.process(proc(name, arrive, 1.0))
+    env.run()
+    assert held == [("a", 0.0), ("b", 1.0), ("c", 2.0)]
+    assert not lock.held
+    # taken when free, it schedules no event of its own
+    before = next(env._eid)
+    assert lock.acquire() is None and lock.held and next(env._eid) == before + 1
 
 
 def test_cores_are_time_shared():
