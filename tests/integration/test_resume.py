@@ -71,21 +71,28 @@ def test_sigint_mid_sweep_then_resume_gives_the_uninterrupted_configs(tmp_path):
     assert not alive, f"Ray processes left behind: {alive}"
     run_id = manifest["run_id"]
 
-    changed = subprocess.run(cli("run", str(spec), "--resume", str(run), "--set", "workload.steps=5"),
-                             capture_output=True, text=True, timeout=60)
-    assert changed.returncode == 2 and "workload.steps" in changed.stderr and "Traceback" not in changed.stderr
-
-    resumed = subprocess.run(cli("run", "--resume", str(run), "--monitor-interval", "0"),
-                             capture_output=True, text=True, timeout=180)
-    assert resumed.returncode == 0, resumed.stderr
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["run_id"] == run_id
-    assert len(manifest["resumed"]) == 1 and manifest["resumed"][0]["missing"] == 4 - len(done)
-
+    # The uninterrupted run to compare with, made meanwhile (its own local Ray instance).
     whole = tmp_path / "whole"
-    straight = subprocess.run(cli("run", str(spec), "--out", str(whole), "--monitor-interval", "0"),
-                              capture_output=True, text=True, timeout=180)
-    assert straight.returncode == 0, straight.stderr
+    straight = subprocess.Popen(cli("run", str(spec), "--out", str(whole), "--monitor-interval", "0"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    try:
+        changed = subprocess.run(cli("run", str(spec), "--resume", str(run), "--set", "workload.steps=5"),
+                                 capture_output=True, text=True, timeout=60)
+        assert changed.returncode == 2 and "workload.steps" in changed.stderr and "Traceback" not in changed.stderr
+
+        resumed = subprocess.run(cli("run", "--resume", str(run), "--monitor-interval", "0"),
+                                 capture_output=True, text=True, timeout=180)
+        assert resumed.returncode == 0, resumed.stderr
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["status"] == "complete" and manifest["run_id"] == run_id
+        assert len(manifest["resumed"]) == 1 and manifest["resumed"][0]["missing"] == 4 - len(done)
+    except BaseException:
+        straight.terminate()  # a failure above: do not leave the other run going
+        straight.communicate(timeout=60)
+        raise
+    _, straight_err = straight.communicate(timeout=180)
+    assert straight.returncode == 0, straight_err
     assert counts(run) == counts(whole)
     assert len(counts(run)) == 4
     assert RunFolder.open(run).summary().config_id.tolist() == RunFolder.open(whole).summary().config_id.tolist()
