@@ -158,9 +158,7 @@ class SimShard:
             yield self.env.timeout(sleep_s * f)
         if self.gil is not None and sleep_s > 0:
             # Back from the sleep (which lets the interpreter go): wait for it.
-            turn = self.gil.acquire()
-            if turn is not None:
-                yield turn
+            yield from self.gil.take()
             self.gil.release()
 
     def _dispatch(self) -> Iterator[simpy.Event]:
@@ -168,9 +166,7 @@ class SimShard:
         if self.gil is None:
             yield self.node.cores.serve(self.spec.overhead_s)
             return
-        turn = self.gil.acquire()
-        if turn is not None:
-            yield turn
+        yield from self.gil.take()
         yield self.node.cores.serve(self.spec.overhead_s)
         self.gil.release()
 
@@ -190,9 +186,7 @@ class SimShard:
             yield from self._link(self.link_in)
             link_s = env.now - t_link
         arrive = env.now
-        turn = self.lock.acquire()
-        if turn is not None:
-            yield turn
+        yield from self.lock.take()
         if self.version in self.kill_updates:     # kill_server: down until Ray has restarted it
             self.kill_updates.discard(self.version)
             yield env.timeout(spec.restart_s)
@@ -222,9 +216,7 @@ class SimShard:
         t_call = env.now
         if self.spec.overhead_s > 0:
             yield from self._dispatch()
-        turn = self.lock.acquire()
-        if turn is not None:
-            yield turn
+        yield from self.lock.take()
         start = env.now
         yield from self._work(self.spec.copy_s, 0.0)
         self.busy_s += env.now - start
@@ -246,9 +238,7 @@ class SimShard:
                 reached = self._reached[version] = env.event()
             yield reached
         shared = False
-        turn = self.lock.acquire()
-        if turn is not None:
-            yield turn
+        yield from self.lock.take()
         waited = env.now - t0
         if self._snapshot != version:
             start = env.now
@@ -263,9 +253,7 @@ class SimShard:
             # turn), after the wait: the shard records the wait until it holds the lock again
             # and returns the snapshot after letting it go (actors/server.py ``pull_at``), so a
             # call's turn behind the earlier replies is its pull's, not its barrier's.
-            turn = self.lock.acquire()
-            if turn is not None:
-                yield turn
+            yield from self.lock.take()
             yield self.node.cores.serve(self.spec.reply_s * self.service.factor())
             self.lock.release()
         self.tally.add(PULL_SERVER, env.now - t_call - waited)
@@ -305,9 +293,7 @@ class SimClock:
         if self.server is not None:
             # The clock is one process: its ticks take a core each, one after another.
             queued = self.server.held
-            turn = self.server.acquire()
-            if turn is not None:
-                yield turn
+            yield from self.server.take()
             yield self.node.cores.serve(self.cpu_busy_s if queued else self.cpu_s)
             self.server.release()
         old = self.completed[worker]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import simpy
@@ -203,7 +203,7 @@ class Mutex:
     its interpreter, the step clock's one thread).
 
     ``simpy.Resource(1)`` does the same with two events per hold (the request's and the
-    release's) and its queue machinery; here taking a free lock schedules nothing and handing
+    release's) and its queue machinery; here taking a free lock yields nothing and handing
     it on schedules one event (the next holder's). The 1024 x 100 benchmark holds a lock
     twice a step per worker: docs/model.md gives the figures.
     """
@@ -215,15 +215,14 @@ class Mutex:
         self.held = False
         self._waiting: deque[simpy.Event] = deque()
 
-    def acquire(self) -> Optional[simpy.Event]:
-        """Take the lock: None when it was free (the caller holds it now), else an event that
-        fires when it is handed to the caller (``yield`` it)."""
+    def take(self) -> Iterator[simpy.Event]:
+        """Take the lock (``yield from``): at once when it is free, else when it is handed on."""
         if not self.held:
             self.held = True
-            return None
+            return
         turn = self.env.event()
         self._waiting.append(turn)
-        return turn
+        yield turn
 
     def release(self) -> None:
         """Let it go: to the first waiting, who holds it from now, or free."""

@@ -218,9 +218,7 @@ def test_the_mutex_is_handed_on_first_come_first_served():
 
     def proc(name, arrive, hold):
         yield env.timeout(arrive)
-        turn = lock.acquire()
-        if turn is not None:
-            yield turn
+        yield from lock.take()
         held.append((name, env.now))
         yield env.timeout(hold)
         lock.release()
@@ -232,7 +230,7 @@ def test_the_mutex_is_handed_on_first_come_first_served():
     assert not lock.held
     # taken when free, it schedules no event of its own
     before = next(env._eid)
-    assert lock.acquire() is None and lock.held and next(env._eid) == before + 1
+    assert list(lock.take()) == [] and lock.held and next(env._eid) == before + 1
 
 
 def test_cores_are_time_shared():
