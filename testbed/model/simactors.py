@@ -83,9 +83,11 @@ class SimSpec:
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
     read_ops: int = 1
-    # A sync pull that shares the round's snapshot copies nothing, but its reply still carries
-    # the parameters out (serialised, or put into the object store, once per call): the copy's
-    # CPU less the memory copy (CPU, under the lock: the woken calls take it in turn).
+    # A pull's reply: the parameters carried out (serialised, or put into the object store, once
+    # per call), the copy's CPU less the memory copy. A sync pull that shares the round's
+    # snapshot copies nothing but pays its reply (under the lock: the woken calls take it in
+    # turn); with ``reply_outside``, every other pull's copy is the memory copy under the lock
+    # and then the reply after it, holding the shard's interpreter.
     reply_s: float = 0.0
     # The ssp step clock's CPU per tick, served in turn at the clock's process on the cores
     # (calibrated: a bare actor call's callee CPU, after a pause and queued); 0: the tick is
@@ -99,6 +101,10 @@ class SimSpec:
     # back from the emulated apply's sleep (which lets it go), waits for it before it goes on
     # with the lock still held (False: not modelled; docs/model.md, "An eighth").
     gil: bool = False
+    # A pull's reply (``reply_s`` of its copy) after the shard's lock, holding its interpreter
+    # (``gil``), as ``ParameterServer`` returns the copy it made under the lock (False: the whole
+    # copy under the lock; docs/model.md, "A ninth").
+    reply_outside: bool = False
 
 
 class Node:
@@ -161,6 +167,24 @@ class SimShard:
             yield from self.gil.take()
             self.gil.release()
 
+    def _copy_locked(self) -> Iterator[simpy.Event]:
+        """A pull's copy under the lock (the caller holds it): the memory copy alone when the
+        reply follows outside the lock."""
+        spec = self.spec
+        if spec.reply_outside and self.gil is not None:
+            yield from self._work(max(0.0, spec.copy_s - spec.reply_s), 0.0)
+        else:
+            yield from self._work(spec.copy_s, 0.0)
+
+    def _reply(self) -> Iterator[simpy.Event]:
+        """A pull's reply, after the lock: Ray serialises the returned copy in the shard's
+        process, which holds its interpreter, so it takes its turn among the calls dispatched."""
+        spec = self.spec
+        if spec.reply_outside and self.gil is not None and spec.reply_s > 0:
+            yield from self.gil.take()
+            yield self.node.cores.serve(spec.reply_s * self.service.factor())
+            self.gil.release()
+
     def _dispatch(self) -> Iterator[simpy.Event]:
         """A call's dispatch on a core, outside the lock (holding the interpreter, if modelled)."""
         if self.gil is None:
@@ -201,11 +225,12 @@ class SimShard:
             reached.succeed()
         pushed = env.now
         if copy:
-            yield from self._work(spec.copy_s, 0.0)
+            yield from self._copy_locked()
             self.busy_s += env.now - pushed
         self.lock.release()
         self.tally.add(PUSH_SERVER, pushed - t_call - link_s)
         if copy:
+            yield from self._reply()
             self.tally.add(PULL_SERVER, env.now - pushed)
             if self.links_shaped:
                 yield from self._link(self.link_out)  # the pulled slice leaves, outside the lock
@@ -218,9 +243,10 @@ class SimShard:
             yield from self._dispatch()
         yield from self.lock.take()
         start = env.now
-        yield from self._work(self.spec.copy_s, 0.0)
+        yield from self._copy_locked()
         self.busy_s += env.now - start
         self.lock.release()
+        yield from self._reply()
         self.tally.add(PULL_SERVER, env.now - t_call)
         if self.links_shaped:
             yield from self._link(self.link_out)

@@ -384,6 +384,53 @@ def test_a_shard_back_from_the_applys_sleep_waits_for_its_interpreter():
     assert _applies_done(gil=True) == pytest.approx([4 * MS, 5 * MS])
 
 
+def _reply_timeline(reply_outside: bool, busy_interpreter: bool = False) -> tuple[float, float]:
+    """One shard: worker 0's push with its pull (push_pull) at 0, worker 1's push at 0.5 ms; no
+    dispatch, a 1 ms apply on a core, a 2 ms copy of which 1.5 ms is the reply. Returns when
+    worker 0's call and worker 1's push were done (optionally with something else holding the
+    shard's interpreter from 1.5 to 2.5 ms)."""
+    import dataclasses
+
+    from testbed.model.simactors import Node, Service, SimShard
+    from testbed.model.simkit import Tally
+    cfg = config(workers=2)
+    base = sim_spec(cfg, profile(), step_terms(cfg, profile()))  # 64 free cores
+    spec = dataclasses.replace(base, overhead_s=0.0, apply_cpu_s=MS, apply_sleep_s=0.0, copy_s=2 * MS,
+                               reply_s=1.5 * MS, gil=True, reply_outside=reply_outside)
+    env = simpy.Environment()
+    shard = SimShard(env, spec, 0, Node(env, spec), Tally(), Service(np.random.default_rng(0), False))
+    done = {}
+
+    def call(at: float, worker: int, copy: bool):
+        yield env.timeout(at)
+        yield from shard.push(worker, 0, copy=copy)
+        done[worker] = env.now
+
+    def other_thread():
+        yield env.timeout(1.5 * MS)
+        yield from shard.gil.take()
+        yield env.timeout(MS)
+        shard.gil.release()
+
+    env.process(call(0.0, 0, True))
+    env.process(call(0.5 * MS, 1, False))
+    if busy_interpreter:
+        env.process(other_thread())
+    env.run()
+    return done[0], done[1]
+
+
+def test_a_pulls_reply_leaves_the_lock_and_takes_the_interpreter():
+    # The whole copy under the lock: worker 0 holds it 0-3 ms, worker 1's apply runs 3-4 ms.
+    assert _reply_timeline(False) == pytest.approx((3 * MS, 4 * MS))
+    # The memory copy (0.5 ms) under the lock, the reply after it: the lock is free at 1.5 ms,
+    # worker 1 applies 1.5-2.5 ms while worker 0's reply runs 1.5-3 ms.
+    assert _reply_timeline(True) == pytest.approx((3 * MS, 2.5 * MS))
+    # The reply holds the shard's interpreter: behind another thread's turn (1.5-2.5 ms) it
+    # runs 2.5-4 ms; the lock, not needed for it, is as free as before.
+    assert _reply_timeline(True, busy_interpreter=True) == pytest.approx((4 * MS, 2.5 * MS))
+
+
 def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
     cfg = config(workers=16, sync="ssp", staleness=10**6, compute={"seconds": 0.01})
     quick = dict(server_call_overhead_s=1e-6, server_apply_bytes_per_s=1e12)  # pushes that do not spread the ticks
