@@ -44,6 +44,7 @@ from testbed.calibration.costs import (
     init_call_from_points,
     measure_call_costs,
     measure_small_calls,
+    push_return_from_points,
     ray_cpu_from_points,
 )
 from testbed.config.errors import UserError
@@ -72,8 +73,9 @@ Progress = Callable[[str], None]
 # runs share their processes (``testbed.runner.run.ReusedActors``), and fewer samples of the
 # step reads and the scheduler (the calibration within its 90 s); 13: the callee's CPU per bare
 # actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock);
-# 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick)
-CALIBRATION_VERSION = 14
+# 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick);
+# 15: a plain push's answer (``push_return_s``, from the sweep's runs: no new run)
+CALIBRATION_VERSION = 15
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -289,7 +291,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout,
         "call_costs": costs, "small_calls_by_shards": small_calls, "init_call_s": init_call_from_points(points),
-        "ray_cpu_per_step_s": ray_cpu_from_points(points),
+        "ray_cpu_per_step_s": ray_cpu_from_points(points), "push_return_s": push_return_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }
 

@@ -25,7 +25,7 @@ import numpy as np
 from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
-           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
+           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
            "small_calls_from_point", "measure_small_calls", "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
 
 KIB, MIB = 2**10, 2**20
@@ -102,6 +102,26 @@ def ray_cpu_from_points(points: list[RunPoint]) -> SizeCurve | None:
     rows = [(p.gradient_bytes, p.ray_cpu_s / p.steps) for p in points
             if p.shards == 1 and p.pulls >= p.steps and p.ray_cpu_s > 0]
     return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
+
+
+def push_return_from_points(points: list[RunPoint]) -> float | None:
+    """How much longer a plain push (a call of its own, timed until its answer is back) lasts
+    than the push part of a push that carries the pull (which ends where the shard was done
+    with the push): at one shard, the run pulling once against the run pulling every step, at
+    each size; the median over the sizes, never below 0 (None without such pairs).
+
+    Why one figure: a plain push answers with an int whatever the gradient, so its extra is
+    the answer's way back and the worker's wake, not a per-byte cost; the median over the six
+    sizes keeps one noisy pair of runs out. Measured side by side on 2026-12-03 (one worker, one
+    shard, 40 steps, two rounds): +0.36, +0.19, +0.64, +0.27, -0.76 ms at 4 KiB-8 MiB in one
+    round, +0.59, +0.81, +1.05, +0.47, +0.80 ms in the other (2 shards: +0.39 and +0.54 ms at
+    the median)."""
+    diffs = []
+    for size in sorted({p.gradient_bytes for p in points if p.shards == 1}):
+        runs = sorted((p for p in points if p.shards == 1 and p.gradient_bytes == size), key=lambda p: -p.pulls)
+        if len(runs) >= 2 and runs[0].pulls >= runs[0].steps and runs[-1].pulls < runs[-1].steps:
+            diffs.append(runs[-1].push_s - runs[0].push_s)
+    return max(0.0, float(np.median(diffs))) if diffs else None
 
 
 def _step_gap_s(columns: dict[str, list]) -> float:

@@ -144,7 +144,10 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
     size = profile.call_costs[0].worker_push_s.lo_bytes if profile.call_costs else 0.0
     small = {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), size) if n in _SMALL_CALLS else 1.0)
                  for n, v in figures.items()} for k, figures in profile.small_calls_by_shards.items()}
-    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
+    # A plain push's answer is a small call: the push figure's level at the smallest size.
+    push_return = profile.push_return_s * ratio_at(ratios.get("push", []), size) \
+        if profile.push_return_s is not None else None
+    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small, push_return_s=push_return,
                                call_level=record if record is not None else {"ratios": ratios})
 
 

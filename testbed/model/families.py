@@ -96,7 +96,7 @@ def _initial(t: StepTerms, n: np.ndarray) -> ScalingCurve:
              Bound.NETWORK: const(t.transfer_s + links.per_step_s), Bound.SERVER: const(t.server_demand_s)}
     # The initial model believes nothing saturates, so it reports no utilisation.
     return ScalingCurve(step, const(t.read_s), const(t.compute_s),
-                        const(t.push_transfer_s + t.push_service_s + links.push_s),
+                        const(t.push_event_transfer_s + t.push_service_s + links.push_s),
                         const(t.pull_transfer_s + t.pull_service_s + links.pull_s), const(0.0), const(t.apply_s),
                         share, {}, None)
 
@@ -202,7 +202,7 @@ def _queueing_async(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     cycle_one = think + sum(c.demand_s / float(c.alphas(1)[0]) for c in centres)
     bottleneck = max(c.saturation_demand_s for c in centres)
     return ScalingCurve(step, r_disk if t.read_s > 0 else zeros, r_compute,
-                        t.push_transfer_s * stretch + wait + t.push_service_s + link_push,
+                        t.push_event_transfer_s * stretch + wait + t.push_service_s + link_push,
                         t.pull_transfer_s * stretch + wait + t.pull_service_s + link_pull,
                         wait, np.full(n.size, t.apply_s), share, utilization,
                         asymptotic_knee(cycle_one, bottleneck))
@@ -258,7 +258,7 @@ def _queueing_sync(t: StepTerms, n: np.ndarray) -> ScalingCurve:
     slope = d + t.read_s / float(multipliers.max()) + crowd_cpu + links.shard_push_demand_s \
         + links.shard_pull_demand_s
     return ScalingCurve(step, read, t.compute_s * (crowd if t.compute_on_cpu else np.ones(n.size)),
-                        t.push_transfer_s * stretch + wait_push + t.push_service_s + link_push,
+                        t.push_event_transfer_s * stretch + wait_push + t.push_service_s + link_push,
                         t.pull_transfer_s * stretch + wait_pull + t.pull_service_s + link_pull,
                         wait_push, np.full(n.size, t.apply_s), share, utilization,
                         asymptotic_knee(float(step[0]), slope))

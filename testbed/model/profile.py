@@ -120,7 +120,7 @@ class StepCpuLine:
 # in profile tables (``HardwareProfile.scalar_figures``, with ``nodes``).
 _OPTIONAL_SCALARS = ("object_store_call_s", "actor_call_latency_hot_s", "gradient_fill_bytes_per_s",
                      "server_copy_bytes_per_s", "actor_setup_s", "init_call_s", "actor_call_cpu_s",
-                     "actor_call_cpu_busy_s", "actor_caller_cpu_s")
+                     "actor_call_cpu_busy_s", "actor_caller_cpu_s", "push_return_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +153,11 @@ class HardwareProfile:
     nodes: Optional[int] = None              # nodes of the cluster (None: len(identity["nodes"]), else 1)
     actor_setup_s: Optional[float] = None    # starting one more actor (when no start-up curve is known)
     init_call_s: Optional[float] = None      # the driver's init call with nothing to read (None: L)
+    # A push whose pull is not due (``async`` between pulls, every ``ssp`` step) is a call of its
+    # own, timed until its small answer is back: it lasts this much longer than the push part
+    # of a push that carries the pull, which ends where the shard was done with the push (None:
+    # not calibrated, 0). The answer is an int, so it is one figure, not a curve.
+    push_return_s: Optional[float] = None
     # CPU of Ray's own processes (raylet with its object store, GCS, agents) per worker step,
     # against the gradient size: nobody waits for it, but it takes the cores (None: not measured).
     ray_cpu_per_step_s: Optional[SizeCurve] = None

@@ -105,6 +105,10 @@ class SimSpec:
     # (``gil``), as ``ParameterServer`` returns the copy it made under the lock (False: the whole
     # copy under the lock; docs/model.md, "A ninth").
     reply_outside: bool = False
+    # A plain push's answer (a push whose pull is not due is a call of its own, timed until its
+    # small answer is back): CPU part and the rest, after the shards were done with it.
+    push_return_cpu_s: float = 0.0
+    push_return_wire_s: float = 0.0
 
 
 class Node:
@@ -368,11 +372,14 @@ class SimClient:
             yield self.env.timeout(until - self.env.now)
 
     def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
+        """A plain push (``RayServerClient.push``): its pull not due, a call of its own, over when
+        its answer is back."""
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
         start = self.env.now
         yield from self._all([s.push(worker, step) for s in self.shards])
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
+        yield from self._side(self.spec.push_return_cpu_s, self.spec.push_return_wire_s)
 
     def push_pull(self, worker: int, step: int) -> Iterator[simpy.Event]:
         """A push with the pull that is due (``RayServerClient.push_pull``): one call per shard.

@@ -102,6 +102,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         fill_s=t.worker_extra_s,
         push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
         pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
+        push_return_cpu_s=cpu_share * t.push_return_s, push_return_wire_s=(1 - cpu_share) * t.push_return_s,
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
         # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own
         # processes' work for the step: it runs meanwhile, nobody waits for it, it takes the cores.

@@ -38,7 +38,7 @@ from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setu
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "worker_processes", "steps_per_worker", "extrapolated",
-    "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls",
+    "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction",
 ]
 
 
@@ -94,6 +94,11 @@ class StepTerms:
     # The shaped links' part (docs/network.md), on top of the calibrated transfers above:
     # zero terms when the network is unshaped.
     links: LinkTerms = link_terms(0.0, 1, 1, None)
+    # A plain push (a call of its own, its pull not due) lasts ``push_return_s`` longer than the
+    # push part of a push that carries the pull (t_push): its answer's way back. The fraction of
+    # a worker's pushes that are plain: 1 - 1/k under ``async``, all under ``ssp``, none under ``sync``.
+    push_return_s: float = 0.0
+    plain_push_fraction: float = 0.0
 
     @property
     def server_demand_s(self) -> float:
@@ -101,9 +106,14 @@ class StepTerms:
         return self.push_service_s + self.pull_service_s / self.pull_every
 
     @property
+    def push_event_transfer_s(self) -> float:
+        """A worker's side of its mean push event: t_push, and the answer of the plain ones."""
+        return self.push_transfer_s + self.plain_push_fraction * self.push_return_s
+
+    @property
     def transfer_s(self) -> float:
-        """A worker's own transfer time per step: t_push + t_pull / k."""
-        return self.push_transfer_s + self.pull_transfer_s / self.pull_every
+        """A worker's own transfer time per step: its pushes' (t_push, plain ones answered) + t_pull / k."""
+        return self.push_event_transfer_s + self.pull_transfer_s / self.pull_every
 
     @property
     def rpc_cpu_s(self) -> float:
@@ -359,8 +369,21 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
         ray_cpu_s=profile.ray_cpu_per_step_s.at(config.gradient_bytes) if profile.ray_cpu_per_step_s else 0.0,
         links=_links(config),
+        push_return_s=profile.push_return_s or 0.0, plain_push_fraction=plain_push_fraction(config),
         **calls,
     )
+
+
+def plain_push_fraction(config: Any) -> float:
+    """The fraction of a worker's pushes that are calls of their own (``actors/worker.py``):
+    under ``async`` the k - 1 pushes between pulls (the k-th carries the pull), under ``ssp``
+    every push (the clock's tick comes between the push and the pull), under ``sync`` none."""
+    mode = _value(config.sync)
+    if mode == "ssp":
+        return 1.0
+    if mode == "async":
+        return 1.0 - 1.0 / max(1, int(config.pull_every))
+    return 0.0
 
 
 def extrapolated(config: Any, profile: HardwareProfile) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Calibration's pure parts: line fits, machine identity, and the cache decision."""
 
+import dataclasses
 import json
 
 import pytest
@@ -133,6 +134,38 @@ def test_call_costs_from_runs_at_two_shard_counts():
     assert two.worker_push_s.at(2**24) == pytest.approx(18e-3)
     w_push, w_pull = two.worker_push_cpu_s.at(2**20), two.worker_pull_cpu_s.at(2**20)
     assert w_push == pytest.approx(2 * w_pull) and 10 * (w_push + w_pull) == pytest.approx(2 * 0.045)
+
+
+def test_a_plain_push_answer_is_the_median_over_sizes_of_the_runs_difference():
+    from testbed.calibration.costs import push_return_from_points
+    # one shard: the run pulling every step (push part of push-and-pull) and the one pulling once
+    # (plain pushes, answered): 0.4, 0.6, 0.5 ms longer at three sizes, one size disturbed
+    points = []
+    for size, every, plain in ((4096, 2.0, 2.4), (2**20, 3.0, 3.6), (2**23, 6.0, 6.5), (2**25, 14.0, 9.0)):
+        points.append(_sweep_point(size, 1, 10, every * 1e-3))
+        points.append(_sweep_point(size, 1, 1, plain * 1e-3))
+        points.append(_sweep_point(size, 2, 10, 2 * every * 1e-3))  # other shard counts are not read
+    assert push_return_from_points(points) == pytest.approx(0.45e-3)
+    # never below 0 (a larger one-off is noise, not a push that answers before it is done)
+    lower = [p if p.pulls >= p.steps else dataclasses.replace(p, push_s=p.push_s - 3e-3) for p in points]
+    assert push_return_from_points(lower) == 0.0
+    # without the pairs it is not calibrated
+    assert push_return_from_points([p for p in points if p.pulls >= p.steps]) is None
+
+
+def test_a_plain_push_answers_in_every_family_and_only_when_no_pull_travels_with_it():
+    from testbed.model import ModelFamily, predict, step_terms
+    from testbed.model.terms import plain_push_fraction
+    prof, answered = factories.profile(), factories.profile(push_return_s=0.5e-3)
+    for fields, fraction in (({}, 0.0), ({"pull_every": 4}, 0.75), ({"sync": "ssp"}, 1.0),
+                             ({"sync": "sync"}, 0.0)):
+        cfg = factories.config_fields(**fields)
+        assert plain_push_fraction(cfg) == fraction
+        t0, t1 = step_terms(cfg, prof), step_terms(cfg, answered)
+        assert t1.push_event_transfer_s - t0.push_event_transfer_s == pytest.approx(fraction * 0.5e-3)
+        for family in (ModelFamily.INITIAL, ModelFamily.QUEUEING, ModelFamily.SIMULATED):
+            p0, p1 = predict(cfg, prof, family), predict(cfg, answered, family)
+            assert p1.phases["push"] - p0.phases["push"] == pytest.approx(fraction * 0.5e-3, abs=1e-12), (fields, family)
 
 
 def test_ray_cpu_per_step_is_calibrated_and_takes_the_cores_in_the_simulation():

@@ -58,6 +58,10 @@ def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
         assert new.shard_pull_cpu_s.at(lo) == pytest.approx(0.5 * old.shard_pull_cpu_s.at(lo))
         assert new.worker_pull_s == old.worker_pull_s and new.apply_s == old.apply_s  # not checked: unchanged
     assert scaled.small_calls_by_shards[4]["worker_push_s"] == pytest.approx(4e-3)
+    # a plain push's answer is a small call: the push figure's level at the smallest size
+    answered = apply_call_level(dataclasses.replace(base, push_return_s=0.5e-3), ratios, {"ratios": ratios})
+    assert answered.push_return_s == pytest.approx(1e-3)
+    assert apply_call_level(base, ratios, {"ratios": ratios}).push_return_s is None
     assert scaled.small_calls_by_shards[4]["worker_pull_s"] == pytest.approx(1e-3)
     # saved and loaded with the profile, and shown in its table
     again = HardwareProfile.from_dict(json.loads(profile_text(scaled)))

@@ -61,9 +61,14 @@ def run(cfg: ConfigFields, prof: HardwareProfile, **kw):
     # and the worker's own side of the tick: on a free core, within the same latency
     ({"sync": "ssp", "staleness": 1}, {"actor_call_cpu_s": 0.6 * MS, "actor_call_cpu_busy_s": 0.2 * MS,
                                        "actor_caller_cpu_s": 0.3 * MS}),
+    # a plain push's answer: the two pushes of three that carry no pull, every ssp push, no sync push
+    ({"servers": 2, "pull_every": 3, "workload": {"steps": 39}}, {"push_return_s": 0.5 * MS, "worker_cpu_per_step_s": 2 * MS}),
+    ({"sync": "ssp", "staleness": 1, "pull_every": 2}, {"push_return_s": 0.5 * MS}),
+    ({"sync": "sync"}, {"push_return_s": 0.5 * MS}),
 ])
 def test_one_worker_equals_the_closed_form(fields, extra):
-    cpu = {k: extra.pop(k) for k in ("actor_call_cpu_s", "actor_call_cpu_busy_s", "actor_caller_cpu_s") if k in extra}
+    cpu = {k: extra.pop(k) for k in ("actor_call_cpu_s", "actor_call_cpu_busy_s", "actor_caller_cpu_s",
+                                     "push_return_s") if k in extra}
     cfg, prof = config(**fields), profile(extra=extra, **cpu)
     t = step_terms(cfg, prof)
     r = run(cfg, prof)
@@ -73,7 +78,7 @@ def test_one_worker_equals_the_closed_form(fields, extra):
     dispatch = 0.0 if cfg.sync.value == "ssp" else t.push_service_s - t.apply_s
     step = t.read_s + t.compute_s + t.worker_extra_s + t.transfer_s + t.server_demand_s - dispatch / t.pull_every
     assert r.train_s == pytest.approx(cfg.steps * step + (cfg.steps - 1) * clock, rel=1e-9)
-    assert r.phases["push"] == pytest.approx(t.push_transfer_s + t.push_service_s, rel=1e-9)
+    assert r.phases["push"] == pytest.approx(t.push_event_transfer_s + t.push_service_s, rel=1e-9)
     assert r.phases["pull"] == pytest.approx(t.pull_transfer_s + t.pull_service_s - dispatch, rel=1e-9)
     assert r.phases["queue"] == pytest.approx(0.0, abs=1e-12)
     assert r.phases["apply"] == pytest.approx(t.apply_s, rel=1e-9)
