@@ -22,6 +22,7 @@ from testbed.analysis.compare import (
     error_table,
     group_label,
     knee_table,
+    noise_error,
     noise_spread,
     predict_run,
 )
@@ -58,10 +59,11 @@ def compare_run(folder: RunFolder, profile: HardwareProfile, models=MODELS) -> C
     predictions = predict_run(configs, profile, models)
     compared = add_predictions(summary, predictions)
     noise = noise_spread(compared, sample.get("noise_config_ids", [])) if sample else None
+    noise_err = noise_error(compared, sample.get("noise_config_ids", [])) if sample else None
     return Comparison(compared=compared, predictions=predictions, errors=error_table(compared, models),
                       knees=knee_table(compared, folder.manifest["configs"], models),
                       curves=pd.DataFrame() if sample else curve_predictions(configs, profile, models),
-                      profile=profile, distribution=distribution_table(compared, models, noise=noise), sample=sample)
+                      profile=profile, distribution=distribution_table(compared, models, noise=noise, noise_err=noise_err), sample=sample)
 
 
 def init_fit(compared: pd.DataFrame) -> pd.DataFrame:

@@ -287,8 +287,10 @@ def _print_errors(folder: RunFolder) -> None:
     frame = pd.read_csv(folder.path / name)
     frame = frame[frame["phase"].isin(["init", "train", "job"])]
     for _, row in frame.iterrows():
-        noise = row.get("noise_spread")
+        noise, as_error = row.get("noise_spread"), row.get("noise_abs_err")
         floor = f", noise {noise:.1%}" if noise == noise and noise is not None else ""
+        if floor and as_error == as_error and as_error is not None:
+            floor += f" (as an error {as_error:.1%})"
         out_console.print(f"{row['model']:>9} {row['phase']:>5}: |error| median {row['median_abs_err']:.1%}, "
                           f"p90 {row['p90_abs_err']:.1%}, max {row['max_abs_err']:.1%} (n={row['n']}){floor}")
     sample_ = folder.manifest.get("sample")

@@ -13,6 +13,7 @@ from testbed.analysis.compare import (
     error_table,
     measured_column,
     missed_term,
+    noise_error,
     noise_spread,
     worst_configs,
 )
@@ -58,6 +59,22 @@ def test_the_distribution_counts_each_config_once_and_puts_the_noise_beside_it()
     row = table.iloc[0]
     assert row["n"] == 3 and row["max_abs_err"] == pytest.approx(0.3)  # repeats 1-4 of a not counted
     assert row["noise_spread"] == pytest.approx(noise["job"])
+
+
+def test_the_noise_floor_as_an_error_is_each_repeat_against_the_mean_of_the_others():
+    frame = pd.DataFrame({"config_id": ["a"] * 4 + ["b"] * 2 + ["c"], "repeat": [0, 1, 2, 3, 0, 1, 0],
+                          "job_s": [1.0, 1.0, 1.0, 1.3, 2.0, 2.0, 9.0],
+                          "job_err_queueing": [0.1] * 7})
+    floor = noise_error(frame, ["a", "b", "c"], phases=["job"])
+    # a: three repeats at 1.0 against the others' mean 1.1 (|-0.1| / 1.1 each), the fourth 0.3 off;
+    # b: two equal repeats (0 each); c: one repeat, nothing to hold it against
+    errors = [0.1 / 1.1] * 3 + [0.3] + [0.0, 0.0]
+    assert floor["job"] == pytest.approx(float(np.median(errors)))
+    # well under the range the spread reports for the same runs
+    assert floor["job"] < noise_spread(frame, ["a"], phases=["job"])["job"]
+    assert np.isnan(noise_error(frame, ["c"], phases=["job"])["job"])
+    table = distribution_table(frame, models=["queueing"], phases=["job"], noise_err=floor)
+    assert table.iloc[0]["noise_abs_err"] == pytest.approx(floor["job"])
 
 
 def test_setup_is_not_a_compared_phase_and_job_is():
