@@ -3,9 +3,11 @@ and the parsing of options that several commands take."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Optional
+import time
+from typing import Callable, Iterator, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,7 +18,7 @@ from testbed.config.spec import MIN_DEADLINE_S
 from testbed.config.sweep_size import LARGE_SWEEP_RUNS
 from testbed.config.units import format_bytes
 
-__all__ = ["out_console", "err_console", "progress_bar", "summary_table", "parse_interval", "say_problems",
+__all__ = ["out_console", "err_console", "progress_bar", "progress_reporter", "summary_table", "parse_interval", "say_problems",
            "check_sweep", "LARGE_SWEEP_HELP", "EXIT_CONFIGS_TROUBLED", "exit_for_troubled"]
 
 LARGE_SWEEP_HELP = f"run a sweep of more than {LARGE_SWEEP_RUNS} config runs (configs x repeats)"
@@ -70,6 +72,32 @@ def summary_table(frame) -> Table:
 def progress_bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err_console, transient=False, disable=not err_console.is_terminal and "CI" in os.environ)
+
+
+Reporter = Callable[[str, int, int], None]
+
+
+@contextlib.contextmanager
+def progress_reporter(name: str, console: Console = err_console,
+                      clock: Callable[[], float] = time.monotonic) -> Iterator[Reporter]:
+    """``progress(label, done, total)`` for a long command: a live bar on a terminal; elsewhere
+    (a log file, a pipe, a notebook's cell) one plain line each time the label changes, with the
+    seconds since the start, so that a run written to a log shows where it is while it runs
+    (rich draws nothing live when stderr is not a terminal)."""
+    if console.is_terminal:
+        with progress_bar() as bar:
+            task = bar.add_task(name, total=None)
+            yield lambda label, done, total: bar.update(task, description=label, completed=done, total=total or None)
+        return
+    start, last = clock(), [None]
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label == last[0]:
+            return
+        last[0] = label
+        count = f" ({done}/{total})" if total else ""
+        console.print(f"[{clock() - start:6.0f} s] {label}{count}", markup=False, highlight=False, soft_wrap=True)
+    yield progress
 
 
 def parse_interval(text: str) -> Optional[float]:

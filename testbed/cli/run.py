@@ -15,7 +15,7 @@ from testbed.cli.common import (
     exit_for_troubled,
     out_console,
     parse_interval,
-    progress_bar,
+    progress_reporter,
     say_problems,
     summary_table,
 )
@@ -46,11 +46,7 @@ def run(spec: Optional[Path] = typer.Argument(None, help="experiment spec (YAML)
     check_sweep(experiment, large_sweep)
     if resume is not None:
         _say_resuming(resume)
-    with progress_bar() as bar:
-        task = bar.add_task(experiment.name, total=None)
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total or None)
+    with progress_reporter(experiment.name) as progress:
 
         # The report is written under the folder's lock, before the status is settled.
         folder = run_experiment(experiment, out=out, address=address, progress=progress,

@@ -28,7 +28,7 @@ from testbed.cli.common import (
     exit_for_troubled,
     out_console,
     parse_interval,
-    progress_bar,
+    progress_reporter,
     say_problems,
     summary_table,
 )
@@ -255,11 +255,7 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
         # seed stays None when not given, so that the manifest says it came from the date
         out_console.print(f"drawing {sample_k} configs from {spec} with seed "
                           f"{f'{date_seed()} (the date, UTC)' if seed is None else seed}")
-    with progress_bar() as bar:
-        task = bar.add_task(experiment.name, total=None)
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total or None)
+    with progress_reporter(experiment.name) as progress:
 
         options = dict(out=out, address=address, profile_path=profile, recalibrate=recalibrate, progress=progress,
                        monitor_interval_s=interval_s, level_check=not no_level_check)

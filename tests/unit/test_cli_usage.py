@@ -41,3 +41,22 @@ def test_monitor_interval_below_a_millisecond_is_refused(text):
 def test_monitor_interval_zero_turns_the_monitors_off():
     from testbed.cli.common import parse_interval
     assert parse_interval("0") is None and parse_interval("1ms") == pytest.approx(1e-3)
+
+
+def test_progress_in_a_log_is_one_line_per_label_with_the_seconds_so_far():
+    import io
+
+    from rich.console import Console
+
+    from testbed.cli.common import progress_reporter
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=200)
+    now = iter([100.0, 101.0, 102.5, 190.0])  # start, then one reading per line printed
+    with progress_reporter("draw", console=console, clock=lambda: next(now)) as progress:
+        progress("calibrating: per-call costs at 4 KiB", 0, 0)
+        progress("calibrating: per-call costs at 4 KiB", 0, 0)   # the same label: no new line
+        progress("c000-e3127e0e repeat 0", 1, 36)
+        progress("c001-20924241 repeat 0", 2, 36)
+    lines = sink.getvalue().splitlines()
+    assert lines == ["[     1 s] calibrating: per-call costs at 4 KiB", "[     2 s] c000-e3127e0e repeat 0 (1/36)",
+                     "[    90 s] c001-20924241 repeat 0 (2/36)"]
