@@ -14,9 +14,9 @@ had every per-step phase biased low (push -27 %, pull -33 %), the calibration of
 ``testbed validate`` therefore re-measures a few of the calibration's own points (one worker,
 one shard, pulling every step, at ``CHECK_SIZES``) in the session that runs the configs, before
 the first one, measures each figure's ratio to the calibrated curves at each size, and scales
-every per-call curve by the session's level at its size: a line through those ratios against
-log bytes (``session_levels`` says why not one median, nor each figure's own): the shape over
-sizes and shard counts stays the calibration's, the level is the session's. The check, its ratios and the level are kept with the profile
+every per-call curve by one level, the median of those ratios (``session_level`` says why not
+each figure's own, nor a line over the sizes): the shape over sizes and shard counts stays the
+calibration's, the level is the session's. The check, its ratios and the level are kept with the profile
 (``HardwareProfile.call_level``); ``apply_call_level`` still takes ratios per figure and size
 (read between the sizes linearly in log bytes, flat past the ends).
 
@@ -37,7 +37,7 @@ from testbed.model.profile import HardwareProfile
 from testbed.model.scheduler import load_curve_at
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "FIGURES", "level_from_points", "apply_call_level", "measure_call_level",
-           "ratio_at", "session_level", "session_levels"]
+           "ratio_at", "session_level"]
 
 KIB, MIB = 2**10, 2**20
 # Inline (Ray passes the bytes in the call's message), past the inline limit, and large.
@@ -87,37 +87,26 @@ def level_from_points(points: list[RunPoint], one_shard: CallCosts) -> dict[str,
 
 
 def session_level(ratios: dict[str, list[list[float]]]) -> float:
-    """The median of all the check's ratios (every figure at every checked size): the one level
-    the check applied until 2026-12-03, kept for reading older folders and for comparison."""
+    """The one level every per-call curve is scaled by: the median of all the check's ratios
+    (every figure at every checked size).
+
+    Why one figure, not each figure's ratio at each size: one 40-step run per size is noisy,
+    and scaling each curve by its own ratios carried that noise into every prediction. Over the
+    five folders first made with per-size ratios (draws 2026120120 and 2026120121 and the three
+    reproduction runs of 21:12; seen data, the choice judged on the draw after), train's median
+    |error| was 4.7, 8.4, 3.6, 3.6, 6.4 % with per-size ratios, 5.2, 7.9, 3.4, 3.2, 4.6 % with one
+    ratio per figure, 4.1, 6.1, 3.2, 3.3, 2.4 % with the one median (and 6.1, 5.2, 3.3, 2.3, 3.9 %
+    at the calibration's level): a check whose 512 KiB push read x2.03 while its 4 KiB and 8 MiB
+    ones read x1.50 and x1.36 put 4 shards at 16 workers at 117 steps/s where they ran 195.
+
+    And not a line through the ratios against log bytes (tried 2026-12-03, after draw 20261203
+    read x0.66-0.77 at 4 KiB and x0.97-1.24 at 8 MiB): held out, it gave train p90 22.3 % where
+    the median says 24.2 % on 2026120308, and 33.9 % where the median says 21.1 % on 2026120309,
+    whose calibration had read the small calls at half the session's level (x2.0 at 4 KiB,
+    x1.2-1.4 at 8 MiB): the line carried that into every small call, and 16-29 sleeping workers
+    on 4 shards came out +49-51 % on train (docs/draws.md)."""
     values = [r for rows in ratios.values() for _, r in rows]
     return float(statistics.median(values)) if values else 1.0
-
-
-def session_levels(ratios: dict[str, list[list[float]]]) -> list[list[float]]:
-    """The level at each checked size, ``[bytes, level]``: a least-squares line through every
-    figure's ratio against log bytes, read at the checked sizes (bounded like a ratio). Between
-    and past them ``ratio_at`` reads it (linear in log bytes, flat past the ends).
-
-    Why a line over the sizes, not one median (the rule from 2026-12-01 to 2026-12-03): the
-    session's drift is a per-call overhead more than a rate, so it is larger at small calls. The
-    check of draw 20261203 read x0.66-0.77 at 4 KiB, x0.82-0.85 at 512 KiB and x0.97-1.24 at
-    8 MiB (every figure in that order); the one median, x0.83, put every large-gradient config
-    short (train -15 to -36 % at 7-28 MiB). Re-predicting that draw (seen data; the change is
-    judged on the draw after it), simulated train p90 23.4 -> 21.1 %, pull median 24 -> 18 %,
-    apply 28 -> 24 %. Why a line and not each size's own median: one 40-step run per size is
-    noisy, and a run disturbed at one size moves all six figures of that size; a line through
-    the 18 ratios moves by a third of it (the per-size reading of 2026-12-01 put a check whose
-    512 KiB push read x2.03 between x1.50 and x1.36 into every prediction)."""
-    points = [(math.log(b), r) for rows in ratios.values() for b, r in rows]
-    sizes = sorted({b for rows in ratios.values() for b, _ in rows})
-    if not points:
-        return []
-    if len(sizes) < 2:
-        level = session_level(ratios)
-        return [[b, level] for b in sizes]
-    slope, intercept = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
-    lo, hi = RATIO_BOUNDS
-    return [[b, min(hi, max(lo, intercept + slope * math.log(b)))] for b in sizes]
 
 
 def ratio_at(rows: list[list[float]], nbytes: float) -> float:
@@ -157,8 +146,8 @@ def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
     record: dict = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "failed": reason}
     previous = previous or {}
-    # A checked profile has "levels" (before 2026-12-03 one "level"); a failed one has none,
-    # only what it carried.
+    # A checked profile has "level" ("levels", one a size, in the folders of 2026-12-03 morning);
+    # a failed one has none, only what it carried.
     carried = previous.get("levels", previous.get("level", previous.get("carried_level")))
     if carried is not None:
         record["carried_level"] = carried
@@ -177,10 +166,10 @@ def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None]
         progress(f"checking the per-call cost level of this session ({nbytes // KIB} KiB)")
         points.append(run_point(nbytes, 1, 1, CHECK_STEPS))
     ratios = level_from_points(points, one)
-    levels = session_levels(ratios)
-    applied = {figure: levels for figure in ratios}
+    level = session_level(ratios)
+    applied = {figure: [[b, level] for b, _ in rows] for figure, rows in ratios.items()}
     record = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "sizes": list(CHECK_SIZES), "steps": CHECK_STEPS, "ratios": ratios, "levels": levels,
+              "sizes": list(CHECK_SIZES), "steps": CHECK_STEPS, "ratios": ratios, "level": level,
               "runs": [{"gradient_bytes": p.gradient_bytes, "push_s": p.push_s, "pull_s": p.pull_s,
                         "apply_s": p.apply_s, "step_gap_s": p.step_gap_s,
                         "worker_cpu_per_step_s": p.worker_cpu_s / max(1, p.steps),

@@ -80,8 +80,8 @@ def _record_key(record: Any) -> str:
 
 
 def _levels_text(levels: Any) -> str:
-    """A level as applied: one factor (``x1.36``, folders before 2026-12-03) or one a checked
-    size (``4 KiB: x0.69; 512 KiB: x0.92; 8 MiB: x1.05``)."""
+    """A level as applied: one factor (``x1.36``), or one a checked size (``4 KiB: x0.69; 512 KiB:
+    x0.92; 8 MiB: x1.05``: the folders of 2026-12-03 morning, which tried a line over the sizes)."""
     if isinstance(levels, (int, float)):
         return f"x{levels:.2f}"
     return "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in levels)

@@ -88,32 +88,6 @@ def test_the_session_level_is_the_median_of_every_ratio_and_is_shown():
     assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x1.50; 8 MiB: x2.03"
 
 
-def test_the_session_levels_are_a_line_in_log_bytes_through_every_ratio():
-    from testbed.calibration.level import session_levels
-    # A drift that is a per-call overhead: cheaper small calls, large ones as calibrated.
-    sizes = [4096.0, 512.0 * KIB, 8.0 * MIB]
-    exact = {"push": [[b, r] for b, r in zip(sizes, (0.7, 0.85, 0.96))],
-             "pull": [[b, r] for b, r in zip(sizes, (0.7, 0.85, 0.96))]}
-    levels = session_levels(exact)
-    assert [b for b, _ in levels] == sizes
-    # a straight line in log bytes through them: 0.7 at 4 KiB rising to about 0.96 at 8 MiB
-    assert levels[0][1] == pytest.approx(0.7, abs=0.01) and levels[-1][1] == pytest.approx(0.96, abs=0.01)
-    assert levels[0][1] < levels[1][1] < levels[2][1]
-    # one disturbed size moves the line by a fraction of its disturbance, not by all of it
-    disturbed = {f: [[b, r * (2.0 if b == 512.0 * KIB and f == "push" else 1.0)] for b, r in rows]
-                 for f, rows in exact.items()}
-    moved = session_levels(disturbed)[1][1] - levels[1][1]
-    assert 0 < moved < 0.5 * 0.85
-    # a flat drift is flat; one checked size is its median; nothing checked is nothing applied
-    flat = session_levels({"push": [[b, 1.3] for b in sizes], "pull": [[b, 1.3] for b in sizes]})
-    assert [r for _, r in flat] == pytest.approx([1.3] * 3)
-    assert session_levels({"push": [[4096.0, 1.5]], "pull": [[4096.0, 0.5]], "apply": [[4096.0, 0.9]]}) == [[4096.0, 0.9]]
-    assert session_levels({}) == []
-    # bounded like a ratio
-    steep = session_levels({"push": [[4096.0, 1 / 3], [8.0 * MIB, 3.0]], "pull": [[4096.0, 1 / 3], [8.0 * MIB, 3.0]]})
-    assert all(1 / 3 <= r <= 3 for _, r in steep)
-
-
 def test_the_levels_applied_are_shown_per_size():
     base = profile(costs(1))
     levels = [[4096.0, 0.7], [8.0 * MIB, 1.05]]
