@@ -74,8 +74,9 @@ Progress = Callable[[str], None]
 # step reads and the scheduler (the calibration within its 90 s); 13: the callee's CPU per bare
 # actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock);
 # 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick);
-# 15: a plain push's answer (``push_return_s``, from the sweep's runs: no new run)
-CALIBRATION_VERSION = 15
+# 15: a plain push's answer (``push_return_s``, from the sweep's runs: no new run); 16: the step
+# to 4 shards from a pair of runs made back to back (``costs.paired_small_calls``)
+CALIBRATION_VERSION = 16
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

@@ -26,7 +26,7 @@ from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
-           "small_calls_from_point", "measure_small_calls", "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
+           "small_calls_from_point", "paired_small_calls", "measure_small_calls", "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -310,10 +310,29 @@ def small_calls_from_point(point: RunPoint, one_shard: CallCosts) -> dict[str, f
             "worker_push_cpu_s": push_cpu, "worker_pull_cpu_s": pull_cpu}
 
 
+def paired_small_calls(beyond: RunPoint, near: RunPoint, one_shard: CallCosts, curves: CallCosts) -> dict[str, float]:
+    """The worker's figures at ``beyond``'s shard count, as the model reads them: ``curves``' (the
+    largest calibrated count's) figures at the size plus the step ``beyond`` measured over
+    ``near``, a run at the curves' count made right before it (never below 0).
+
+    Why the pair: a run's per-call level moves between runs within one calibration. On
+    2026-12-03 08:15 the sweep read 4 KiB pushes at 0.98 ms (1 shard) and 1.68 ms (2 shards)
+    where every other session that hour read 1.7-2.3 ms, and the 4-shard run after it 3.71 ms:
+    a step of 1.0 ms a shard from a difference of two levels (a paired 2-shard run reads 0.1-0.3),
+    which the session's level (x2.05) then doubled; fix_sharded_ps's 4-shard pushes came out
+    +86 % at one worker and +245 % at 16. Two runs made back to back share their level."""
+    size = beyond.gradient_bytes
+    far, here = small_calls_from_point(beyond, one_shard), small_calls_from_point(near, one_shard)
+    return {name: max(0.0, getattr(curves, name).at(size) + far[name] - here[name]) for name in far}
+
+
 def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool,
                         progress: Callable[[str], None], reuse: Any = None) -> dict[int, dict[str, float]]:
-    """One run at BEYOND_SHARDS shards at the smallest size (about 2 s)."""
+    """One run at BEYOND_SHARDS shards at the smallest size, right after one at the largest
+    calibrated count (about 4 s): ``paired_small_calls``."""
     size = SIZES_BYTES[0]
-    progress(f"per-call costs at {size // KIB} KiB with {BEYOND_SHARDS} shards")
-    point = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick), reuse)
-    return {BEYOND_SHARDS: small_calls_from_point(point, costs[0])}
+    curves = max(costs, key=lambda c: c.shards)
+    progress(f"per-call costs at {size // KIB} KiB with {curves.shards} and {BEYOND_SHARDS} shards")
+    near = run_point(size, curves.shards, 1, _steps(size, quick), reuse)
+    beyond = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick), reuse)
+    return {BEYOND_SHARDS: paired_small_calls(beyond, near, costs[0], curves)}

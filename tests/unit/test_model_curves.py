@@ -256,6 +256,26 @@ def test_the_small_calls_run_is_split_like_the_one_shard_run():
     assert got["worker_push_cpu_s"] / got["worker_pull_cpu_s"] == pytest.approx(ratio)
 
 
+def test_the_step_beyond_the_curves_is_taken_from_a_pair_of_runs_made_back_to_back():
+    from testbed.calibration.costs import RunPoint, paired_small_calls
+    one, two = costs(1), costs(2)
+    small = 4 * KIB
+    base = two.worker_push_s.at(small)
+
+    def run(shards, push_s):
+        return RunPoint(gradient_bytes=small, shards=shards, steps=10, pushes=10, pulls=10, push_s=push_s,
+                        pull_s=1 * MS, apply_s=0.0, step_gap_s=0.0, worker_cpu_s=0.05, shard_cpu_s=0.01)
+    # the pair ran at twice the sweep's level: 2 shards took 2 x base, 4 shards 0.4 ms more than that
+    got = paired_small_calls(run(4, 2 * base + 0.4 * MS), run(2, 2 * base), one, two)
+    assert got["worker_push_s"] == pytest.approx(base + 0.4 * MS)  # the curves' level, the pair's step
+    assert got["worker_pull_s"] == pytest.approx(two.worker_pull_s.at(small))  # no step measured: none added
+    p = dataclasses.replace(profile(one, two), small_calls_by_shards={4: got})
+    t2, t4 = step_terms(config(servers=2, gradient_bytes=small), p), step_terms(config(servers=4, gradient_bytes=small), p)
+    assert (t4.push_transfer_s + t4.push_service_s) - (t2.push_transfer_s + t2.push_service_s) == pytest.approx(0.4 * MS)
+    # a pair whose 4-shard run came out cheaper never makes the figure negative
+    assert paired_small_calls(run(4, 0.0), run(2, 10 * base), one, two)["worker_push_s"] == 0.0
+
+
 def test_bytes_through_the_object_store_read_the_curve_past_the_inline_limit():
     from testbed.model.curves import INLINE_LIMIT_BYTES, at_side
     # a step of 1 ms at the inline limit: 0.5 ms inline, 1.5 ms + 1 ns a byte past it
