@@ -20,7 +20,7 @@ Terms:
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -113,17 +113,20 @@ def noise_spread(compared: pd.DataFrame, config_ids: Iterable[str],
                  phases: Iterable[str] = COMPARED_PHASES) -> dict[str, float]:
     """The noise floor: per phase, the median over ``config_ids`` of the spread of that config's
     repeats, (max - min) / mean of the measured time (configs with fewer than 2 repeats skipped)."""
-    ids = set(config_ids)
     out = {}
     for phase in phases:
-        col = measured_column(phase)
-        spreads = []
-        for _, sub in compared[compared["config_id"].isin(ids)].groupby("config_id"):
-            x = sub[col].astype(float).dropna()
-            if len(x) >= 2 and x.mean() > 0:
-                spreads.append(float((x.max() - x.min()) / x.mean()))
+        spreads = [float((x.max() - x.min()) / x.mean()) for x in _repeats(compared, config_ids, phase) if x.mean() > 0]
         out[phase] = float(np.median(spreads)) if spreads else float("nan")
     return out
+
+
+def _repeats(compared: pd.DataFrame, config_ids: Iterable[str], phase: str) -> Iterator[np.ndarray]:
+    """Per config of ``config_ids`` with two or more measured repeats: the phase's measured times."""
+    col = measured_column(phase)
+    for _, sub in compared[compared["config_id"].isin(set(config_ids))].groupby("config_id"):
+        x = sub[col].astype(float).dropna().to_numpy()
+        if len(x) >= 2:
+            yield x
 
 
 def noise_error(compared: pd.DataFrame, config_ids: Iterable[str],
@@ -136,15 +139,10 @@ def noise_error(compared: pd.DataFrame, config_ids: Iterable[str],
     deviations, while a median |error| of a perfect model is about 0.7 of one; the spread is the
     run-to-run range to expect, this is the error no model can beat. On draw 2026120308, pull:
     spread 32 %, this 11 %; init 45 % and 10 %."""
-    ids = set(config_ids)
     out = {}
     for phase in phases:
-        col = measured_column(phase)
         errors = []
-        for _, sub in compared[compared["config_id"].isin(ids)].groupby("config_id"):
-            x = sub[col].astype(float).dropna().to_numpy()
-            if len(x) < 2:
-                continue
+        for x in _repeats(compared, config_ids, phase):
             for r in range(len(x)):
                 rest = float(np.delete(x, r).mean())
                 if rest > 0:
