@@ -130,20 +130,24 @@ def heldout_markdown(comparison: Comparison, worst: int = 5) -> str:
         out.append(f"\nNoise floor: the first {len(noise)} drawn configs ran {s.get('noise_repeats', 5)} times back "
                    f"to back; `noise` is the median over them of (max - min) / mean of the measured time per "
                    f"phase (the run-to-run range), `noise as error` the median |error| of a model that knew each "
-                   f"of them exactly, their mean over the other repeats: the floor to hold `median` against.\n")
+                   f"of them exactly, their mean over the other repeats: the floor to hold `median` against "
+                   f"(the last column: how many times the floor each median is).\n")
     table = comparison.distribution
     table = table[table["phase"].isin(HELD_OUT_PHASES)].copy() if len(table) else table
     if len(table):
         if "noise_abs_err" not in table:  # folders reported before the column existed
             table["noise_abs_err"] = float("nan")
+        # How far each median stands above the floor: x1 is as good as the testbed's own noise allows.
+        ratio = table["median_abs_err"] / table["noise_abs_err"].where(table["noise_abs_err"] > 0)
+        table["above"] = ratio.map(lambda v: "-" if v != v else f"x{v:.1f}")
         for col in ("median_abs_err", "p90_abs_err", "max_abs_err", "noise_spread", "noise_abs_err"):
             table[col] = table[col].map(lambda v: "-" if v != v else f"{v * 100:.1f}%")
         table["median_signed_err"] = table["median_signed_err"].map(_pct)
         table = table.rename(columns={"median_abs_err": "median", "p90_abs_err": "p90", "max_abs_err": "max",
                                       "median_signed_err": "bias (median signed)", "noise_spread": "noise",
-                                      "noise_abs_err": "noise as error"})
+                                      "noise_abs_err": "noise as error", "above": "median / noise as error"})
         if not noise:
-            table = table.drop(columns=["noise", "noise as error"])
+            table = table.drop(columns=["noise", "noise as error", "median / noise as error"])
     out.append("\n" + _md_table(table))
     out.append(f"\n### Worst configs by job error\n\nPer family, the {worst} configs with the largest |job error|; "
                "`missed` is the term whose predicted-minus-measured time contributes most to the job's error "

@@ -63,6 +63,8 @@ def test_distribution_csv_holds_every_familys_rows(sampled):
             assert row["median_abs_err"] <= row["p90_abs_err"] <= row["max_abs_err"]
         # the noise floor sits beside the errors: the first config's 5 repeats differ a little
         assert rows.loc["train", "noise_spread"] > 0
+        # and as an error: each repeat against the mean of the others, under the range
+        assert 0 < rows.loc["train", "noise_abs_err"] < rows.loc["train", "noise_spread"]
     assert "setup" not in set(dist["phase"]) and "total" not in set(dist["phase"])
 
 
@@ -74,7 +76,8 @@ def test_report_has_the_held_out_section(sampled):
     held = text.split("## Held-out accuracy")[1].split("## Knees")[0]
     for model in MODELS:
         assert f"**{model}**" in held, model
-    assert "Noise floor" in held and "| noise |" in held
+    assert "Noise floor" in held and "| noise |" in held and "| noise as error |" in held
+    assert "| median / noise as error |" in held
     assert "missed" in held
     errors = pd.read_csv(folder.path / "errors.csv")
     assert "p90_abs_err" in errors and {"init", "train", "job"} <= set(errors["phase"])
