@@ -40,6 +40,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from testbed.calibration.costs import (
+    BEYOND_LARGE_BYTES,
     SIZES_BYTES,
     init_call_from_points,
     measure_call_costs,
@@ -75,8 +76,9 @@ Progress = Callable[[str], None]
 # actor call, after a pause and queued (``call_cpu_figures``: the simulated ssp step clock);
 # 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick);
 # 15: a plain push's answer (``push_return_s``, from the sweep's runs: no new run); 16: the step
-# to 4 shards from a pair of runs made back to back (``costs.paired_small_calls``)
-CALIBRATION_VERSION = 16
+# to 4 shards from a pair of runs made back to back (``costs.paired_small_calls``); 17: the same
+# pair at 2 MiB, whose 4-shard slices go through the object store (``large_calls_by_shards``)
+CALIBRATION_VERSION = 17
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -282,6 +284,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     with ReusedActors() as reuse:
         costs, points = measure_call_costs(quick, progress, reuse)
         small_calls = measure_small_calls(costs, quick, progress, reuse)
+        large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
     setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
                                    progress)
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
@@ -291,7 +294,8 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout,
-        "call_costs": costs, "small_calls_by_shards": small_calls, "init_call_s": init_call_from_points(points),
+        "call_costs": costs, "small_calls_by_shards": small_calls,
+        "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES, "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points), "push_return_s": push_return_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }

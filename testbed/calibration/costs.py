@@ -26,7 +26,8 @@ from testbed.model.curves import CallCosts, SizeCurve
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
-           "small_calls_from_point", "paired_small_calls", "measure_small_calls", "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
+           "small_calls_from_point", "paired_small_calls", "measure_small_calls", "BEYOND_LARGE_BYTES",
+           "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -326,11 +327,15 @@ def paired_small_calls(beyond: RunPoint, near: RunPoint, one_shard: CallCosts, c
     return {name: max(0.0, getattr(curves, name).at(size) + far[name] - here[name]) for name in far}
 
 
-def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool,
-                        progress: Callable[[str], None], reuse: Any = None) -> dict[int, dict[str, float]]:
-    """One run at BEYOND_SHARDS shards at the smallest size, right after one at the largest
-    calibrated count (about 4 s): ``paired_small_calls``."""
-    size = SIZES_BYTES[0]
+# A gradient whose slices at BEYOND_SHARDS shards go through the object store (512 KiB each):
+# the second pair of runs beyond the curves' shard counts.
+BEYOND_LARGE_BYTES = 2 * MIB
+
+
+def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool, progress: Callable[[str], None],
+                        reuse: Any = None, size: int = SIZES_BYTES[0]) -> dict[int, dict[str, float]]:
+    """One run at BEYOND_SHARDS shards at ``size`` (the smallest, or ``BEYOND_LARGE_BYTES``), right
+    after one at the largest calibrated count (about 4 s): ``paired_small_calls``."""
     curves = max(costs, key=lambda c: c.shards)
     progress(f"per-call costs at {size // KIB} KiB with {curves.shards} and {BEYOND_SHARDS} shards")
     near = run_point(size, curves.shards, 1, _steps(size, quick), reuse)

@@ -131,12 +131,16 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
                    for figure, curves in FIGURES.items() if figure in ratios for curve in curves}
         costs.append(dataclasses.replace(c, **changes))
     size = profile.call_costs[0].worker_push_s.lo_bytes if profile.call_costs else 0.0
-    small = {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), size) if n in _SMALL_CALLS else 1.0)
-                 for n, v in figures.items()} for k, figures in profile.small_calls_by_shards.items()}
+    def beyond(by_shards: dict[int, dict[str, float]], at: float) -> dict[int, dict[str, float]]:
+        return {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), at) if n in _SMALL_CALLS else 1.0)
+                    for n, v in figures.items()} for k, figures in by_shards.items()}
+    small = beyond(profile.small_calls_by_shards, size)
+    large = beyond(profile.large_calls_by_shards, float(profile.large_calls_bytes or size))
     # A plain push's answer is a small call: the push figure's level at the smallest size.
     push_return = profile.push_return_s * ratio_at(ratios.get("push", []), size) \
         if profile.push_return_s is not None else None
-    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small, push_return_s=push_return,
+    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
+                               large_calls_by_shards=large, push_return_s=push_return,
                                call_level=record if record is not None else {"ratios": ratios})
 
 

@@ -181,6 +181,12 @@ class HardwareProfile:
     # ({shards: {"worker_push_s": ..., "worker_pull_s": ..., "worker_push_cpu_s": ...,
     # "worker_pull_cpu_s": ...}}): what one call more per shard adds (terms._worker_side).
     small_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # The same figures at ``large_calls_bytes`` (a gradient whose slices go through the object
+    # store at those shard counts: each slice's put and get is a call's fixed part again, which
+    # the smallest size, all inline, does not hold). Empty (profiles before calibration version
+    # 17): the step read at the smallest size serves every size.
+    large_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    large_calls_bytes: int = 0
     created: str = ""
     # The 1-minute load average when calibration began (its end says little: its own probes load
     # the machine): figures measured on a busy machine come out slow (a calibration started while
@@ -227,8 +233,10 @@ class HardwareProfile:
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
         object.__setattr__(self, "load_average", tuple(float(x) for x in self.load_average))
-        object.__setattr__(self, "small_calls_by_shards", {
-            int(k): {str(n): float(v) for n, v in figures.items()} for k, figures in self.small_calls_by_shards.items()})
+        for name in ("small_calls_by_shards", "large_calls_by_shards"):
+            object.__setattr__(self, name, {int(k): {str(n): float(v) for n, v in figures.items()}
+                                            for k, figures in getattr(self, name).items()})
+        object.__setattr__(self, "large_calls_bytes", int(self.large_calls_bytes))
         if isinstance(self.ray_cpu_per_step_s, dict):
             object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
 

@@ -281,6 +281,13 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     small = getattr(hi, name).lo_bytes
     base = getattr(hi, name).at(small)
     beyond = sorted((k, f[name]) for k, f in profile.small_calls_by_shards.items() if k > hi.shards and name in f)
+    large = sorted((k, f[name]) for k, f in profile.large_calls_by_shards.items() if k > hi.shards and name in f)
+    if above and large and profile.large_calls_bytes > 0:
+        # Slices through the object store: the step a shard more adds where they go that way
+        # (each slice's put and get is a fixed cost again), measured at the large size.
+        k, at_k = large[0]
+        at_size = read(hi, float(profile.large_calls_bytes))
+        return read(hi, m) + max(0.0, (at_k - at_size) / (k - hi.shards)) * (s - hi.shards)
     if beyond:
         k, at_k = beyond[0]
         slope = max(0.0, (at_k - base) / (k - hi.shards))

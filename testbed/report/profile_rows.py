@@ -32,12 +32,14 @@ _LABELS = {
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
     "wake_s": "a woken read call's wait for a core, by processes wanting one per core (measured among spinners)",
     "small_calls_by_shards": "worker at the smallest size",
+    "large_calls_by_shards": "worker at the large size",
     "load_average": "load average (1 min) as calibration began",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
                  "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
-                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size"}
+                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size",
+                 "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
 _NOT_FIGURES = {"identity", "created", "schema_version"}
 

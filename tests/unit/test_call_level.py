@@ -58,6 +58,9 @@ def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
         assert new.shard_pull_cpu_s.at(lo) == pytest.approx(0.5 * old.shard_pull_cpu_s.at(lo))
         assert new.worker_pull_s == old.worker_pull_s and new.apply_s == old.apply_s  # not checked: unchanged
     assert scaled.small_calls_by_shards[4]["worker_push_s"] == pytest.approx(4e-3)
+    # the large pair is scaled at its own size: the push ratio at 8 MiB is 1 there
+    big = dataclasses.replace(base, large_calls_by_shards={4: {"worker_push_s": 9e-3}}, large_calls_bytes=8 * MIB)
+    assert apply_call_level(big, ratios, {"ratios": ratios}).large_calls_by_shards[4]["worker_push_s"] == pytest.approx(9e-3)
     # a plain push's answer is a small call: the push figure's level at the smallest size
     answered = apply_call_level(dataclasses.replace(base, push_return_s=0.5e-3), ratios, {"ratios": ratios})
     assert answered.push_return_s == pytest.approx(1e-3)

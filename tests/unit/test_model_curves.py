@@ -276,6 +276,32 @@ def test_the_step_beyond_the_curves_is_taken_from_a_pair_of_runs_made_back_to_ba
     assert paired_small_calls(run(4, 0.0), run(2, 10 * base), one, two)["worker_push_s"] == 0.0
 
 
+def test_slices_through_the_object_store_step_by_the_large_pair_inline_ones_by_the_small():
+    one, two = costs(1), costs(2)
+    small, large = 4 * KIB, 2 * MIB
+    names = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
+    at_small = {n: getattr(two, n).at(small) for n in names}
+    at_large = {n: getattr(two, n).at(large) for n in names}
+    at_small["worker_push_s"] += 2 * 0.3 * MS   # 0.3 ms a shard more, inline
+    at_large["worker_push_s"] += 2 * 2.0 * MS   # 2 ms a shard more, each slice a put and a get
+    p = dataclasses.replace(profile(one, two), small_calls_by_shards={4: at_small},
+                            large_calls_by_shards={4: at_large}, large_calls_bytes=large)
+    push = lambda m, s: (lambda t: t.push_transfer_s + t.push_service_s)(step_terms(config(servers=s, gradient_bytes=m), p))  # noqa: E731
+    # 8 MiB on 4 shards: 2 MiB slices, past the inline limit: the large step, from the 2-shard curve at 8 MiB
+    assert push(8 * MIB, 4) - push(8 * MIB, 2) == pytest.approx(2 * 2.0 * MS)
+    assert push(8 * MIB, 3) - push(8 * MIB, 2) == pytest.approx(2.0 * MS)
+    # 200 KiB on 4 shards: 50 KiB slices, inline: the small step
+    assert push(200 * KIB, 4) - push(200 * KIB, 2) == pytest.approx(2 * 0.3 * MS)
+    # without the large pair (older profiles) the small step serves every size, as before
+    q = dataclasses.replace(p, large_calls_by_shards={}, large_calls_bytes=0)
+    t8 = step_terms(config(servers=4, gradient_bytes=8 * MIB), q)
+    t2 = step_terms(config(servers=2, gradient_bytes=8 * MIB), q)
+    assert (t8.push_transfer_s + t8.push_service_s) - (t2.push_transfer_s + t2.push_service_s) == pytest.approx(0.6 * MS)
+    # it survives the profile's file
+    again = HardwareProfile.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again.large_calls_by_shards == p.large_calls_by_shards and again.large_calls_bytes == large
+
+
 def test_bytes_through_the_object_store_read_the_curve_past_the_inline_limit():
     from testbed.model.curves import INLINE_LIMIT_BYTES, at_side
     # a step of 1 ms at the inline limit: 0.5 ms inline, 1.5 ms + 1 ns a byte past it
