@@ -353,19 +353,24 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
         # same access pattern for reference (on some virtual disks fio's psync buffers are
         # slower than the reader's huge-page buffer, see docs/model.md).
         progress("disk (the testbed's reader)")
-        disk = calibrate_disk(target, file_bytes=size, runtime_s=runtime_s, max_jobs=8, method="reader",
-                              progress=progress)
+        # One file for both measurements: fio reads the file the reader read.
+        name = f".calibrate-{os.getpid()}.bin"
         try:
-            find_fio()
-        except FioNotFound as err:
-            progress(str(err))
-        else:
-            progress("disk (fio, for reference)")
-            # Half a second a job count (the reader's take 1 s): the reference is shown beside
-            # the reader's figures, not fed to the model (1.3 s a job count at 1 s with fio's
-            # start-up, 0.8 s at 0.5 s: about 2.5 s of the calibration's 90).
-            reference = calibrate_disk(target, file_bytes=size, runtime_s=min(runtime_s, 0.5), max_jobs=8,
-                                       method="fio", progress=progress)
+            disk = calibrate_disk(target, file_bytes=size, runtime_s=runtime_s, max_jobs=8, method="reader",
+                                  progress=progress, file_name=name, keep_file=True)
+            try:
+                find_fio()
+            except FioNotFound as err:
+                progress(str(err))
+            else:
+                progress("disk (fio, for reference)")
+                # Half a second a job count (the reader's take 1 s): the reference is shown beside
+                # the reader's figures, not fed to the model (1.3 s a job count at 1 s with fio's
+                # start-up, 0.8 s at 0.5 s: about 2.5 s of the calibration's 90).
+                reference = calibrate_disk(target, file_bytes=size, runtime_s=min(runtime_s, 0.5), max_jobs=8,
+                                           method="fio", progress=progress, file_name=name)
+        finally:
+            (target / name).unlink(missing_ok=True)
     cores = _node_cores(identity)
     figures.pop("details")
     profile = HardwareProfile(

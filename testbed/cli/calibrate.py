@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from testbed.cli.app import app
-from testbed.cli.common import err_console, out_console
+from testbed.cli.common import out_console, progress_reporter
 
 __all__ = ["calibrate", "calibrate_disk_cmd", "profile_table"]
 
@@ -30,10 +30,10 @@ def calibrate(ctx: typer.Context,
     if ctx.invoked_subcommand is not None:
         return
     from testbed.calibration.calibrate import calibrate as run_calibration
-    with err_console.status("calibrating") as status:
+    with progress_reporter("calibrating") as progress:
         profile, path, reused = run_calibration(
             address=address, out=out, recalibrate=recalibrate, data_dir=data_dir, with_disk=not no_disk,
-            quick=quick, progress=lambda what: status.update(f"calibrating: {what}"))
+            quick=quick, progress=lambda what: progress(f"calibrating: {what}", 0, 0))
     out_console.print(profile_table(profile))
     out_console.print(f"profile: {path}" + (" (cached; --recalibrate to measure again)" if reused else ""))
 
@@ -45,9 +45,9 @@ def calibrate_disk_cmd(directory: Path = typer.Option(..., "--dir", help="direct
                        allow_cached: bool = typer.Option(False, "--allow-cached", help="accept tmpfs (no bypass)")) -> None:
     """Measure the disk under DIR with fio (direct I/O)."""
     from testbed.calibration.disk import calibrate_disk
-    with err_console.status("calibrating the disk") as status:
+    with progress_reporter("calibrating the disk") as progress:
         disk = calibrate_disk(directory, out, max_jobs=max_jobs, allow_cached=allow_cached,
-                              progress=lambda what: status.update(f"disk: {what}"))
+                              progress=lambda what: progress(f"disk: {what}", 0, 0))
     from testbed.config.units import format_bytes
     for jobs, bps in sorted(disk.seq_read_bytes_per_s.items()):
         out_console.print(f"sequential read, {jobs} reader(s): {format_bytes(bps)}/s")

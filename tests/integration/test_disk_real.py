@@ -132,3 +132,17 @@ def test_calibration_with_the_reader_by_choice(disk_dir: Path, caplog: pytest.Lo
     profile = calibrate_disk(disk_dir, max_jobs=1, file_bytes=4 * MiB, runtime_s=0.1, method="reader")
     assert profile.source == "testbed-reader" and profile.seq_read_bytes_per_s[1] > 0
     assert "apt-get" not in caplog.text  # a choice, not a fallback: no warning
+
+
+def test_the_reader_and_fio_measure_one_file_written_once(disk_dir: Path, fio_path: str) -> None:
+    said: list[str] = []
+    target = disk_dir / "shared"
+    kept = calibrate_disk(target, max_jobs=2, file_bytes=8 * MiB, runtime_s=0.1, method="reader",
+                          progress=said.append, file_name="one.bin", keep_file=True)
+    path = target / "one.bin"
+    assert kept.source == "testbed-reader" and path.stat().st_size == 8 * MiB
+    ref = calibrate_disk(target, max_jobs=2, file_bytes=8 * MiB, runtime_s=0.1, method="fio",
+                         progress=said.append, file_name="one.bin")
+    assert ref.source == "fio" and ref.seq_read_bytes_per_s[1] > 0
+    assert sum(line.startswith("writing a") for line in said) == 1  # the second read what the first wrote
+    assert not path.exists()  # and, not asked to keep it, removed it
