@@ -77,8 +77,9 @@ Progress = Callable[[str], None]
 # 14: the caller's CPU for the paused calls (``actor_caller_cpu_s``: a worker's side of its tick);
 # 15: a plain push's answer (``push_return_s``, from the sweep's runs: no new run); 16: the step
 # to 4 shards from a pair of runs made back to back (``costs.paired_small_calls``); 17: the same
-# pair at 2 MiB, whose 4-shard slices go through the object store (``large_calls_by_shards``)
-CALIBRATION_VERSION = 17
+# pair at 2 MiB, whose 4-shard slices go through the object store (``large_calls_by_shards``);
+# 18: the start-up curve at 2 and 16 actors, the fan-out to 8 on half of the 16 (``_measure_setup``)
+CALIBRATION_VERSION = 18
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -154,29 +155,36 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def _measure_setup(echo_cls: Any, counts: tuple[int, ...],
-                   progress: Progress) -> tuple[dict[int, float], dict[int, float]]:
+def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
+                   fanout_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float]]:
     """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
-    once they are up and idle, the median of a few calls to all k at once (the init phase's
-    call to the worker processes when there is nothing to read).
+    once they are up and idle, the median of a few calls to j of them at once, for each j in
+    ``counts`` and ``fanout_counts`` (the init phase's call to the worker processes when there
+    is nothing to read), each j on the first batch of at least j.
 
     Actor start-up is a process start each, a few at a time, and slows as more processes
-    live: the curve, not one figure, predicts a config's setup."""
+    live: the curve, not one figure, predicts a config's setup. Why the fan-out on part of a
+    batch: starting 8 actors only to call them took ~6 s of the calibration's 90, and the
+    start-up curve is straight between 2 and 16 here (8 at once: 3.25 s measured, 3.25 s read
+    between 0.83 s at 2 and 6.48 s at 16, on 2026-12-03), while the fan-out is not (6.2 ms to 8,
+    where the line says 5.3)."""
     import ray
     setup, fanout = {}, {}
+    wanted = sorted(set(counts) | set(fanout_counts))
     for k in counts:
         progress(f"actor start-up ({k} actors)")
         t0 = time.perf_counter()
         actors = [echo_cls.remote() for _ in range(k)]
         ray.get([a.cpu_s.remote() for a in actors])
         setup[k] = time.perf_counter() - t0
-        calls = []
-        for _ in range(7):
-            time.sleep(0.05)  # idle first, as the worker processes are when init starts
-            t0 = time.perf_counter()
-            ray.get([a.cpu_s.remote() for a in actors])
-            calls.append(time.perf_counter() - t0)
-        fanout[k] = _median(calls)
+        for j in (j for j in wanted if j <= k and j not in fanout):
+            calls = []
+            for _ in range(7):
+                time.sleep(0.05)  # idle first, as the worker processes are when init starts
+                t0 = time.perf_counter()
+                ray.get([a.cpu_s.remote() for a in actors[:j]])
+                calls.append(time.perf_counter() - t0)
+            fanout[j] = _median(calls)
         for a in actors:
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
@@ -285,8 +293,8 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         costs, points = measure_call_costs(quick, progress, reuse)
         small_calls = measure_small_calls(costs, quick, progress, reuse)
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
-    setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 8, 16),
-                                   progress)
+    setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
+                                   progress, fanout_counts=() if quick else (8,))
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]
     return {
