@@ -202,3 +202,16 @@ def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
     # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
     assert load_curve_at(sched.spin_overshoot_s, QUICK_LOADS[-1]) > 1e-4
+
+
+def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shards(validated, cache_dir):
+    from testbed.calibration.costs import BEYOND_LARGE_BYTES, BEYOND_SHARDS
+    profile, _, _ = _quick(validated)
+    # a plain push's answer: the median over the sizes of two real runs' difference, never below 0
+    assert profile.push_return_s is not None and 0 <= profile.push_return_s < 0.05
+    # the worker's figures at 4 shards at the smallest size and at the large one, from real pairs
+    small, large = profile.small_calls_by_shards[BEYOND_SHARDS], profile.large_calls_by_shards[BEYOND_SHARDS]
+    assert profile.large_calls_bytes == BEYOND_LARGE_BYTES
+    assert set(small) == set(large) == {"worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s"}
+    # 2 MiB in four slices through the object store costs more than 4 KiB in four inline ones
+    assert large["worker_push_s"] > small["worker_push_s"] > 0
