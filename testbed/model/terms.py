@@ -279,23 +279,29 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
         return value
     hi = calibrated[-1]
     small = getattr(hi, name).lo_bytes
-    base = getattr(hi, name).at(small)
-    beyond = sorted((k, f[name]) for k, f in profile.small_calls_by_shards.items() if k > hi.shards and name in f)
-    large = sorted((k, f[name]) for k, f in profile.large_calls_by_shards.items() if k > hi.shards and name in f)
-    if above and large and profile.large_calls_bytes > 0:
+
+    def measured_step(by_shards: dict[int, dict[str, float]], at_bytes: float) -> Optional[float]:
+        """The step a shard more adds, from the figure calibration measured beyond ``hi`` at
+        ``at_bytes`` (None where it measured none)."""
+        beyond = sorted((k, f[name]) for k, f in by_shards.items() if k > hi.shards and name in f)
+        if not beyond:
+            return None
+        k, at_k = beyond[0]
+        return max(0.0, (at_k - getattr(hi, name).at(at_bytes)) / (k - hi.shards))
+
+    slope = None
+    if above and profile.large_calls_bytes > 0:
         # Slices through the object store: the step a shard more adds where they go that way
         # (each slice's put and get is a fixed cost again), measured at the large size.
-        k, at_k = large[0]
-        at_size = read(hi, float(profile.large_calls_bytes))
-        return read(hi, m) + max(0.0, (at_k - at_size) / (k - hi.shards)) * (s - hi.shards)
-    if beyond:
-        k, at_k = beyond[0]
-        slope = max(0.0, (at_k - base) / (k - hi.shards))
-    elif len(calibrated) >= 2:
+        slope = measured_step(profile.large_calls_by_shards, float(profile.large_calls_bytes))
+    if slope is None:
+        slope = measured_step(profile.small_calls_by_shards, small)
+    if slope is None:
+        if len(calibrated) < 2:
+            return value
         lo = calibrated[-2]
+        base = getattr(hi, name).at(small)
         slope = max(0.0, (base - getattr(lo, name).at(small)) / (hi.shards - lo.shards))
-    else:
-        return value
     return read(hi, m) + slope * (s - hi.shards)
 
 
