@@ -150,9 +150,8 @@ def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
     record: dict = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "failed": reason}
     previous = previous or {}
-    # A checked profile has "level" ("levels", one a size, in the folders of 2026-12-03 morning);
-    # a failed one has none, only what it carried.
-    carried = previous.get("levels", previous.get("level", previous.get("carried_level")))
+    # A checked profile has "level"; a failed one has none, only what it carried.
+    carried = previous.get("level", previous.get("carried_level"))
     if carried is not None:
         record["carried_level"] = carried
     return record

@@ -81,30 +81,21 @@ def _record_key(record: Any) -> str:
     return ", ".join(f"{f.name}={getattr(record, f.name)}" for f in fields[:2])
 
 
-def _levels_text(levels: Any) -> str:
-    """A level as applied: one factor (``x1.36``), or one a checked size (``4 KiB: x0.69; 512 KiB:
-    x0.92; 8 MiB: x1.05``: the folders of 2026-12-03 morning, which tried a line over the sizes)."""
-    if isinstance(levels, (int, float)):
-        return f"x{levels:.2f}"
-    return "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in levels)
-
-
 def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     """The session's per-call level (``call_level``): each figure's ratio to the calibration
     at the checked sizes, one row a figure, and the level applied."""
     when = f" (checked {level['measured']})" if level.get("measured") else ""
     if "failed" in level:
         carried = level.get("carried_level")
-        at = f"the profile's earlier check, {_levels_text(carried)}" if carried is not None else "the calibration's"
+        at = f"the profile's earlier check, x{carried:.2f}" if carried is not None else "the calibration's"
         return [(f"per-call level of the runs' session{when}",
                  f"check failed ({level['failed']}); predicted at {at} level")]
     rows = [(f"per-call level of the runs' session{when}: {figure}",
              "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points))
             for figure, points in level.get("ratios", {}).items() if points]
-    applied = level.get("levels", level.get("level"))
-    if applied is not None:
+    if "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
-                     _levels_text(applied)))
+                     f"x{level['level']:.2f}"))
     return rows
 
 

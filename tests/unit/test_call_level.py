@@ -91,16 +91,6 @@ def test_the_session_level_is_the_median_of_every_ratio_and_is_shown():
     assert rows["per-call level of the runs' session (checked now): push"] == "4 KiB: x1.50; 8 MiB: x2.03"
 
 
-def test_the_levels_applied_are_shown_per_size():
-    base = profile(costs(1))
-    levels = [[4096.0, 0.7], [8.0 * MIB, 1.05]]
-    scaled = apply_call_level(base, {"push": levels}, {"measured": "now", "ratios": {}, "levels": levels})
-    rows = dict(profile_rows(HardwareProfile.from_dict(json.loads(profile_text(scaled)))))
-    assert rows["per-call level of the runs' session (checked now): applied to every per-call curve"] == \
-        "4 KiB: x0.70; 8 MiB: x1.05"
-    assert scaled.call_costs[0].worker_push_s.at(4096) == pytest.approx(0.7 * base.call_costs[0].worker_push_s.at(4096))
-
-
 def test_a_failed_check_is_kept_in_the_profile_and_shown():
     from testbed.cli.validate import profile_at_session_level
 
