@@ -19,7 +19,9 @@ is made non-decreasing (``monotone``: more load never shortens a wait; the point
 of a few noisy samples) and read linearly between its points, flat beyond the last. The
 simulated family reads them at the load it simulates at that moment (``simulation.py``): the
 spin's overshoot at the spinners per core, a read's wake at every process wanting a core per
-core (bursts of RPC work too: a woken reader waits behind whatever holds the cores).
+core (bursts of RPC work too: a woken reader waits behind whatever holds the cores), the
+processes' background CPU left out: it comes in slivers (Ray's threads, event records) that
+never hold a core for a quantum (docs/model.md, "A tenth").
 
 Pure: the standard library.
 """

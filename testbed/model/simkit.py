@@ -70,6 +70,7 @@ class SharedRate:
         self._timer: Optional[simpy.Event] = None  # the pending timer: any other that fires is stale
         self._wake_at: float | None = None  # when the pending timer fires
         self._occupants = 0             # present for a fixed time: they share the rate, need no timer
+        self._unwaited = 0              # jobs present that nobody waits for (``serve_unwaited``)
         self._total = 0.0               # rate(j) and rate(j) / j for the j present now, set when j changes
         self._per_job = 0.0
         self.served = 0.0               # integral of rate(j) dt: work done, for the utilisation
@@ -120,6 +121,11 @@ class SharedRate:
         process that wants a core, bursting or spinning)."""
         return len(self._jobs) + self._occupants
 
+    @property
+    def unwaited(self) -> int:
+        """Jobs present that nobody waits for (on the cores: the processes' background CPU)."""
+        return self._unwaited
+
     def _reschedule(self) -> None:
         """The jobs' speed changed both ways: drop the pending timer and set a new one."""
         self._timer = None
@@ -130,6 +136,8 @@ class SharedRate:
         self._advance()
         heapq.heappush(self._jobs, (self._virtual + work_s, self._seq, done))
         self._seq += 1
+        if done is None:
+            self._unwaited += 1
         self._set_speed()
         self._schedule()
 
@@ -175,6 +183,8 @@ class SharedRate:
             done = heapq.heappop(jobs)[2]
             if done is not None:
                 finished.append(done)
+            else:
+                self._unwaited -= 1
         self._set_speed()
         self._schedule()
         for done in finished:

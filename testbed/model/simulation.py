@@ -91,7 +91,11 @@ class SimWorker:
                     if spec.wake:
                         # Each blocking read call, woken, waits for a core while others hold them:
                         # every process that wants one, a burst of RPC work as much as a spinner.
-                        wait = spec.read_ops * load_curve_at(spec.wake, node.cores.present / spec.cores)
+                        # Background CPU (Ray's threads, event records: served unwaited) comes
+                        # in slivers that never hold a core for a quantum: not counted.
+                        cores = node.cores
+                        load = (cores.present - cores.unwaited) / spec.cores
+                        wait = spec.read_ops * load_curve_at(spec.wake, load)
                         if wait > 0:
                             yield env.timeout(wait)
             with compute_timer:

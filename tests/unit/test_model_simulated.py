@@ -191,9 +191,10 @@ def test_unwaited_work_takes_its_share_and_fires_nothing():
     got = []
     cpu.serve_unwaited(1.0)
     cpu.serve(1.0).callbacks.append(lambda _e: got.append(env.now))
+    assert (cpu.present, cpu.unwaited) == (2, 1)  # counted apart: a woken reader does not wait for it
     env.run()
     assert got == [pytest.approx(2.0)]
-    assert cpu.present == 0 and cpu.utilization(2.0) == pytest.approx(1.0)
+    assert cpu.present == 0 and cpu.unwaited == 0 and cpu.utilization(2.0) == pytest.approx(1.0)
 
 
 def test_a_process_waiting_on_the_cores_resumes_when_its_work_is_done():
