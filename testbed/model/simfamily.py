@@ -93,6 +93,14 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
     services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
+    # More shards than cores: the simulation shares the cores among the S shards' services of
+    # one call (each stretched to S / cores of itself), and so would add that contention to a
+    # lone worker's push and pull a second time, since the calibrated events measured there
+    # (small_calls_by_shards, large_calls_by_shards) already hold it. Taken out of the worker's
+    # side, so that one worker simulates at the calibrated figures (docs/model.md, "An eleventh").
+    stretch = max(0.0, s / t.cores - 1.0) if t.cores > 0 else 0.0
+    push_transfer = max(0.0, t.push_transfer_s - stretch * (overhead + apply_cpu))
+    pull_transfer = max(0.0, t.pull_transfer_s - stretch * (copy if combined else overhead + copy))
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
@@ -100,8 +108,8 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         compute_mode=_value(config.compute.mode), jitter_distribution=t.jitter_distribution,
         jitter_cv=t.jitter_cv, read_s=t.read_s, read_multipliers=t.read_rate_multipliers,
         fill_s=t.worker_extra_s,
-        push_cpu_s=cpu_share * t.push_transfer_s, push_wire_s=(1 - cpu_share) * t.push_transfer_s,
-        pull_cpu_s=cpu_share * t.pull_transfer_s, pull_wire_s=(1 - cpu_share) * t.pull_transfer_s,
+        push_cpu_s=cpu_share * push_transfer, push_wire_s=(1 - cpu_share) * push_transfer,
+        pull_cpu_s=cpu_share * pull_transfer, pull_wire_s=(1 - cpu_share) * pull_transfer,
         push_return_cpu_s=cpu_share * t.push_return_s, push_return_wire_s=(1 - cpu_share) * t.push_return_s,
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
         # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own

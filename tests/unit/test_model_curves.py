@@ -332,3 +332,18 @@ def test_the_terms_read_each_slice_on_its_side_of_the_inline_limit():
     assert push(300 * KIB) == pytest.approx(expected, rel=1e-6)
     # 150 KiB (75 KiB slices, inline): the whole curve, between 64 and 512 KiB
     assert push(150 * KIB) == pytest.approx(two.worker_push_s.at(150 * KIB), rel=1e-6)
+
+
+@pytest.mark.parametrize("shards", [2, 3, 4, 8])
+def test_one_simulated_worker_with_more_shards_than_cores_pushes_and_pulls_at_the_calibrated_figures(shards):
+    # The figures beyond the curves were measured on the cores the shards share: the simulation,
+    # which shares its cores among the shards' services itself, must not add that a second time.
+    one, two = costs(1), costs(2, push_factor=lambda b: 1.5)
+    names = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
+    figures = {n: 1.8 * getattr(two, n).at(4 * KIB) for n in names}
+    p = dataclasses.replace(profile(one, two), small_calls_by_shards={4: figures})
+    cfg = config(servers=shards, gradient_bytes=64 * KIB, pull_every=1, compute={"mode": "sleep", "seconds": 0.02})
+    t = step_terms(cfg, p)
+    pred = predict(cfg, p, ModelFamily.SIMULATED)
+    assert pred.push_s == pytest.approx(t.push_transfer_s + t.push_service_s, rel=1e-6)
+    assert pred.pull_s == pytest.approx(t.pull_transfer_s + t.pull_service_s, rel=1e-6)
