@@ -92,15 +92,17 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # (the shard returns one snapshot to every call, each in its own reply).
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
-    services_cpu = s * (overhead + apply_cpu) + s * (copy if combined else overhead + copy) / k
+    # A shard's CPU for its part of one push and of one pull (a pull of its own is dispatched too).
+    push_shard_cpu, pull_shard_cpu = overhead + apply_cpu, (copy if combined else overhead + copy)
+    services_cpu = s * push_shard_cpu + s * pull_shard_cpu / k
     # More shards than cores: the simulation shares the cores among the S shards' services of
     # one call (each stretched to S / cores of itself), and so would add that contention to a
     # lone worker's push and pull a second time, since the calibrated events measured there
     # (small_calls_by_shards, large_calls_by_shards) already hold it. Taken out of the worker's
     # side, so that one worker simulates at the calibrated figures (docs/model.md, "An eleventh").
     stretch = max(0.0, s / t.cores - 1.0) if t.cores > 0 else 0.0
-    push_transfer = max(0.0, t.push_transfer_s - stretch * (overhead + apply_cpu))
-    pull_transfer = max(0.0, t.pull_transfer_s - stretch * (copy if combined else overhead + copy))
+    push_transfer = max(0.0, t.push_transfer_s - stretch * push_shard_cpu)
+    pull_transfer = max(0.0, t.pull_transfer_s - stretch * pull_shard_cpu)
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),

@@ -132,9 +132,10 @@ def test_a_read_does_not_wait_behind_background_cpu():
     cfg = config(workers=8, compute={"mode": "sleep", "seconds": 0.02}, **data)
     prof = profile(cores_per_node=2, disk=fast, scheduler=sched)
     spec = sim_spec(cfg, prof, step_terms(cfg, prof))
-    alone = simulate(dataclasses.replace(spec, background_s=0.0)).phases["read"]
+    alone = simulate(dataclasses.replace(spec, background_s=0.0))
     busy = simulate(dataclasses.replace(spec, background_s=5 * MS))
     # 8 x 5 ms of background a step on two cores is present most of the time: counted as load,
     # each of the 8 calls would wait ~1-2 ms more (the read near 8 ms); it is not counted
-    assert busy.phases["read"] < 1.2 * alone
-    assert busy.phases["push"] > 0  # the background still takes its share of the cores
+    assert busy.phases["read"] < 1.2 * alone.phases["read"]
+    # the background still takes its share of the cores: the pushes' bursts stretch
+    assert busy.phases["push"] > 1.1 * alone.phases["push"]
