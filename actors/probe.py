@@ -25,6 +25,15 @@ class StartupProbe:
     def cpu_s(self) -> float:
         return time.process_time()
 
+    def gate_pass(self, gate: Any, index: int) -> int:
+        """A sequential init's turn with nothing to read: take the I/O gate's token as worker
+        ``index`` and hand it on, through the same client the workers use."""
+        from actors.reader import GATE_TIMEOUT_S, RayGateClient
+        client = RayGateClient(gate)
+        client.acquire(index, GATE_TIMEOUT_S)
+        client.release(index)
+        return index
+
 
 class Echo:
     """Returns at once: the far end of a bare actor call. Maps the object store up front, as

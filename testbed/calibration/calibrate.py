@@ -79,7 +79,8 @@ Progress = Callable[[str], None]
 # to 4 shards from a pair of runs made back to back (``costs.paired_small_calls``); 17: the same
 # pair at 2 MiB, whose 4-shard slices go through the object store (``large_calls_by_shards``);
 # 18: the start-up curve at 2 and 16 actors, the fan-out to 8 on half of the 16 (``_measure_setup``)
-CALIBRATION_VERSION = 18
+# 19: the I/O gate of a sequential init at 1, 2, 8 and 16 workers (``_measure_gate``)
+CALIBRATION_VERSION = 19
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -156,7 +157,8 @@ def _median(xs: list[float]) -> float:
 
 
 def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
-                   fanout_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float]]:
+                   fanout_counts: tuple[int, ...] = (),
+                   gate_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
     once they are up and idle, the median of a few calls to j of them at once, for each j in
     ``counts`` and ``fanout_counts`` (the init phase's call to the worker processes when there
@@ -167,9 +169,11 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
     batch: starting 8 actors only to call them took ~6 s of the calibration's 90, and the
     start-up curve is straight between 2 and 16 here (8 at once: 3.25 s measured, 3.25 s read
     between 0.83 s at 2 and 6.48 s at 16, on 2026-12-03), while the fan-out is not (6.2 ms to 8,
-    where the line says 5.3)."""
+    where the line says 5.3).
+
+    On the last batch, the I/O gate's cost for ``gate_counts`` (``_measure_gate``)."""
     import ray
-    setup, fanout = {}, {}
+    setup, fanout, gate = {}, {}, {}
     wanted = sorted(set(counts) | set(fanout_counts))
     for k in counts:
         progress(f"actor start-up ({k} actors)")
@@ -185,10 +189,52 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
                 ray.get([a.cpu_s.remote() for a in actors[:j]])
                 calls.append(time.perf_counter() - t0)
             fanout[j] = _median(calls)
+        if k == counts[-1] and gate_counts:
+            progress(f"the I/O gate's hand-off ({', '.join(map(str, gate_counts))} actors)")
+            gate = _measure_gate(actors, [j for j in gate_counts if j <= k])
         for a in actors:
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
-    return setup, fanout
+    return setup, fanout, gate
+
+
+# Sequential inits timed per count of workers at the gate (paired with a plain call each).
+GATE_REPEATS = 5
+
+
+def _measure_gate(actors: list[Any], counts: list[int]) -> dict[int, float]:
+    """What a sequential init's I/O gate adds to the init call with nothing to read, for j
+    workers: the median over ``GATE_REPEATS`` pairs of (the driver's call to j idle actors that
+    each take the gate's token in turn and hand it on) less (a plain call to the same j),
+    made one after the other so that the pair sees the same machine.
+
+    Why measured, not two call latencies a worker (the rule before): a turn is a call to take
+    the token that waits at the gate, the gate's threads woken on every hand-off, and a call to
+    hand it on; on the seven held-out draws of 2026-12-03 the 42 sequential inits measured
+    2-4 ms between one worker's read and the next one's (median ~3) and 3-5 ms before the first
+    read and after the last, against 1.7 ms a worker predicted: init 23 % short at the median.
+    One gate serves every repeat and count, each turn under an index of its own."""
+    import ray
+
+    from actors.gate import remote_gate
+    order = list(range(sum(counts) * GATE_REPEATS))
+    gate = remote_gate(order)
+    ray.get(gate.done.remote())  # its process up before anything is timed, as in a run
+    diffs: dict[int, list[float]] = {j: [] for j in counts}
+    base = 0
+    for _ in range(GATE_REPEATS):
+        for j in counts:
+            time.sleep(0.05)  # idle first, as the worker processes are when init starts
+            t0 = time.perf_counter()
+            ray.get([a.cpu_s.remote() for a in actors[:j]])
+            plain = time.perf_counter() - t0
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            ray.get([a.gate_pass.remote(gate, base + i) for i, a in enumerate(actors[:j])])
+            diffs[j].append(time.perf_counter() - t0 - plain)
+            base += j
+    ray.kill(gate)
+    return {j: max(0.0, _median(d)) for j, d in diffs.items()}
 
 
 # Calls at once in the queued series (they wait for each other at the callee).
@@ -293,15 +339,16 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         costs, points = measure_call_costs(quick, progress, reuse)
         small_calls = measure_small_calls(costs, quick, progress, reuse)
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
-    setup, fanout = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
-                                   progress, fanout_counts=() if quick else (8,))
+    setup, fanout, gate = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
+                                         progress, fanout_counts=() if quick else (8,),
+                                         gate_counts=(1, 2, 4) if quick else (1, 2, 8, 16))
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]
     return {
         **calls, **_scalar_server_figures(one_shard, calls["reference_curves"]),
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
-        "init_fanout_s_by_actors": fanout,
+        "init_fanout_s_by_actors": fanout, "init_gate_s_by_workers": gate,
         "call_costs": costs, "small_calls_by_shards": small_calls,
         "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES, "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points), "push_return_s": push_return_from_points(points),

@@ -174,6 +174,11 @@ class HardwareProfile:
     # answers, for a few k: the init phase with nothing to read is this call to the worker
     # processes (it grows ~0.6 ms a process here), read with ``interpolate_setup_s``.
     init_fanout_s_by_actors: dict[int, float] = dataclasses.field(default_factory=dict)
+    # What a sequential init's I/O gate adds to that call with nothing to read, for a few counts
+    # of workers taking the token in turn (each turn: a call that waits for the token, the gate's
+    # threads woken, a call that hands it on), read with ``terms.init_gate_s``. Empty (profiles
+    # before calibration version 19): two actor-call latencies a worker.
+    init_gate_s_by_workers: dict[int, float] = dataclasses.field(default_factory=dict)
     # The scheduler under load: how late a spin ends and how long a woken read waits for a core,
     # against CPU-bound processes per core (scheduler.py). None (profiles before it): not modelled.
     scheduler: Optional[SchedulerCosts] = None
@@ -220,8 +225,8 @@ class HardwareProfile:
                 raise ValueError(f"nodes must be >= 1, got {self.nodes}")
             object.__setattr__(self, "nodes", int(self.nodes))
         object.__setattr__(self, "setup_s_by_actors", {int(k): float(v) for k, v in self.setup_s_by_actors.items()})
-        object.__setattr__(self, "init_fanout_s_by_actors",
-                           {int(k): float(v) for k, v in self.init_fanout_s_by_actors.items()})
+        for name in ("init_fanout_s_by_actors", "init_gate_s_by_workers"):
+            object.__setattr__(self, name, {int(k): float(v) for k, v in getattr(self, name).items()})
         for name in ("disk", "disk_reference"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, DiskProfile(**getattr(self, name)))

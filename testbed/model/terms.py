@@ -37,7 +37,8 @@ from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_seconds", "worker_processes", "steps_per_worker", "extrapolated",
+    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_gate_s", "init_seconds",
+    "worker_processes", "steps_per_worker", "extrapolated",
     "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction",
 ]
 
@@ -452,6 +453,22 @@ def init_call_s(profile: HardwareProfile, processes: int = 1) -> float:
     return max(one, interpolate_setup_s([(1, one), *points], processes))
 
 
+def init_gate_s(profile: HardwareProfile, workers: int) -> float:
+    """What a sequential init's I/O gate adds for ``workers`` workers taking its token in turn,
+    beyond the driver's call: on the calibrated curve (``init_gate_s_by_workers``), linear
+    between its counts and along its last segment beyond them; two actor-call latencies a
+    worker in profiles without it (a call to take the token, one to hand it on)."""
+    points = sorted(profile.init_gate_s_by_workers.items())
+    if workers <= 0:
+        return 0.0
+    if not points:
+        return 2 * workers * profile.actor_call_latency_s
+    if len(points) == 1:
+        k, t = points[0]
+        return t * workers / k
+    return float(interpolate_setup_s(points, workers))
+
+
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
     """The init phase with ``workers`` workers.
 
@@ -469,6 +486,6 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     if ideal:
         return v / disk.single_stream_bytes_per_s
     if _value(config.data.init_io) == "sequential":
-        # Each worker takes the gate's token and hands it on: two calls to the gate per worker.
-        return call + workers * (v / disk.single_stream_bytes_per_s + 2 * profile.actor_call_latency_s)
+        # Each worker takes the gate's token, reads alone, and hands it on (init_gate_s).
+        return call + init_gate_s(profile, workers) + workers * v / disk.single_stream_bytes_per_s
     return call + workers * v / disk.aggregate_bandwidth(workers)

@@ -38,6 +38,7 @@ _LABELS = {
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
                  "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
+                 "init_gate_s_by_workers": "the I/O gate's turns for {key} workers in a sequential init (beyond the call)",
                  "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size",
                  "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.

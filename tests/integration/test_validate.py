@@ -171,12 +171,15 @@ def test_calibration_measures_per_call_curves_across_sizes_and_shards(validated,
     assert profile.reference_curves is not None and len(profile.reference_curves.copy_s.points) == len(SIZES_BYTES)
 
 
-def test_calibration_measures_the_init_call_to_several_processes(validated, cache_dir):
+def test_calibration_measures_the_init_call_to_several_processes_and_the_gate(validated, cache_dir):
     profile, _, _ = _quick(validated)
     fanout = profile.init_fanout_s_by_actors
     assert sorted(fanout) == [2, 4]  # the quick start-up counts
     assert all(0 < s < 1 for s in fanout.values())
     assert profile.init_call_s is not None and profile.init_call_s > 0
+    # and the I/O gate's turns (a sequential init) through a real gate actor: every turn costs
+    gate = profile.init_gate_s_by_workers
+    assert sorted(gate) == [1, 2, 4] and gate[1] > 0 and gate[4] > gate[1]
 
 
 def test_calibration_measures_a_bare_calls_cpu_at_the_callee_and_the_caller(validated, cache_dir):

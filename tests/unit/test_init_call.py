@@ -4,7 +4,7 @@ with the processes (calibrated fan-out curve), and the model's count of those pr
 import pytest
 
 from testbed.emulation.hosting import group_workers, process_count, requested_workers_per_process
-from testbed.model.terms import init_call_s, init_seconds, worker_processes
+from testbed.model.terms import init_call_s, init_gate_s, init_seconds, worker_processes
 from tests.factories import profile, run_config
 
 
@@ -51,3 +51,25 @@ def test_init_with_no_data_set_predicts_the_call_to_every_process():
     assert init_seconds(spin, p, 8, ideal=False) == pytest.approx(init_call_s(p, 8))
     assert init_seconds(spin, p, 8, ideal=False) > init_seconds(run_config(), p, 8, ideal=False)
     assert init_seconds(spin, p, 8, ideal=True) == 0.0
+
+
+def test_the_gates_turns_are_read_on_the_calibrated_curve():
+    p = profile(init_gate_s_by_workers={1: 0.005, 2: 0.008, 8: 0.032, 16: 0.07})
+    assert init_gate_s(p, 0) == 0.0
+    assert init_gate_s(p, 1) == pytest.approx(0.005)
+    assert init_gate_s(p, 5) == pytest.approx(0.008 + 3 * (0.032 - 0.008) / 6)  # linear between
+    assert init_gate_s(p, 30) == pytest.approx(0.07 + 14 * (0.07 - 0.032) / 8)  # along the last segment
+    assert init_gate_s(profile(init_gate_s_by_workers={4: 0.02}), 6) == pytest.approx(0.03)  # one point: per worker
+    bare = profile()  # profiles before the gate was calibrated: two call latencies a worker
+    assert init_gate_s(bare, 7) == pytest.approx(14 * bare.actor_call_latency_s)
+
+
+def test_a_sequential_init_adds_the_gates_turns_to_the_reads():
+    gate = {1: 0.005, 8: 0.04}
+    seq = run_config(workload={"steps": 6, "dataset_bytes": 8_000_000}, data={"init_io": "sequential", "partition": "shard"})
+    par = run_config(workload={"steps": 6, "dataset_bytes": 8_000_000}, data={"init_io": "parallel", "partition": "shard"})
+    p = profile(init_gate_s_by_workers=gate)
+    # the gate changes the sequential init only, by its turns
+    assert init_seconds(par, p, 8, ideal=False) == init_seconds(par, profile(), 8, ideal=False)
+    diff = init_seconds(seq, p, 8, ideal=False) - init_seconds(seq, profile(), 8, ideal=False)
+    assert diff == pytest.approx(0.04 - 16 * profile().actor_call_latency_s)

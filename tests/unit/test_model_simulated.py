@@ -6,6 +6,7 @@ Profile figures are round, as in test_model_families: L = 1 ms, W = 1 MB/s, A = 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ from testbed.model.profile import DiskProfile, HardwareProfile, StepCpuLine, mig
 from testbed.model.simfamily import sim_spec
 from testbed.model.simkit import Mutex, SharedRate, cores_rate
 from testbed.model.simulation import simulate
+from testbed.model.terms import init_gate_s
 
 MS = 1e-3
 
@@ -162,11 +164,19 @@ def test_same_seed_same_result_and_the_seed_matters():
 
 @pytest.mark.parametrize("partition,io", [("shard", "parallel"), ("shard", "sequential"), ("full", "sequential"),
                                           ("full", "parallel")])
-def test_init_through_the_gate_equals_the_closed_form(partition, io):
-    cfg = config(workers=4, workload={"steps": 10, "dataset_bytes": 1_000_000},
+@pytest.mark.parametrize("gate", [{}, {1: 0.004, 2: 0.007, 8: 0.03}])
+@pytest.mark.parametrize("workers", [1, 4, 11])
+def test_init_through_the_gate_equals_the_closed_form(partition, io, gate, workers):
+    prof = dataclasses.replace(profile(), init_gate_s_by_workers=gate)
+    cfg = config(workers=workers, workload={"steps": 10, "dataset_bytes": 1_000_000},
                  data={"partition": partition, "init_io": io})
-    p = predict(cfg, profile(), ModelFamily.SIMULATED)
-    assert p.init_s == pytest.approx(init_seconds(cfg, profile(), 4, ideal=False), rel=1e-9)
+    p = predict(cfg, prof, ModelFamily.SIMULATED)
+    assert p.init_s == pytest.approx(init_seconds(cfg, prof, workers, ideal=False), rel=1e-9)
+    if io == "sequential" and gate:
+        # the calibrated gate's turns, not two call latencies a worker
+        plain = predict(cfg, profile(), ModelFamily.SIMULATED).init_s
+        turns = init_gate_s(prof, workers) - 2 * workers * prof.actor_call_latency_s
+        assert p.init_s - plain == pytest.approx(turns, rel=1e-9)
 
 
 def test_processor_sharing_resource():
