@@ -193,10 +193,10 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     disk = profile.disk
     single = disk.single_stream_bytes_per_s
     top = max(disk.seq_read_bytes_per_s.values()) / single
-    gate = (lambda k: init_gate_s(profile, k)) if profile.init_gate_s_by_workers else None
     return simulate_init(workers, init_read_bytes(config, workers) / single,
                          lambda j: disk.aggregate_bandwidth(j) / single, top,
-                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s, gate) + driver
+                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s,
+                         lambda k: init_gate_s(profile, k)) + driver
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

@@ -259,13 +259,13 @@ class _Gate:
 
 
 def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top_rate: float,
-                  sequential: bool, call_s: float, gate_s: Optional[Callable[[int], float]] = None) -> float:
-    """The init phase: the driver's call, then every worker reads ``read_s`` of work alone on
-    the disk, through the gate one after another or all at once, sharing the disk by its
-    concurrency curve ``rate``. Through the gate (``sequential``), ``gate_s(k)`` is what the
-    gate's first k turns cost beyond the reads (worker i's turn, taking the token and handing
-    it on, is ``gate_s(i + 1) - gate_s(i)``, spent on the critical path between the reads);
-    without it, a call to take the token and one to hand it on."""
+                  sequential: bool, call_s: float, gate_s: Callable[[int], float]) -> float:
+    """The init phase: the driver's call ``call_s``, then every worker reads ``read_s`` of work
+    alone on the disk, through the gate one after another or all at once, sharing the disk by
+    its concurrency curve ``rate``. Through the gate (``sequential``), ``gate_s(k)`` is what the
+    gate's first k turns cost beyond the reads (``terms.init_gate_s``): worker i's turn, taking
+    the token and handing it on, is ``gate_s(i + 1) - gate_s(i)``, spent on the critical path
+    before its read."""
     if read_s <= 0:
         return call_s
     env = simpy.Environment()
@@ -275,14 +275,9 @@ def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top
     def reader(index: int) -> Iterator[simpy.Event]:
         if gate is not None:
             yield gate.acquire(index)          # init_wait
-            if gate_s is not None:             # the turn, from the calibrated gate
-                yield env.timeout(max(0.0, gate_s(index + 1) - gate_s(index)))
-            else:
-                yield env.timeout(call_s)      # the token's grant reaches the worker
+            yield env.timeout(max(0.0, gate_s(index + 1) - gate_s(index)))  # the turn
         yield disk.serve(read_s)               # init_read
         if gate is not None:
-            if gate_s is None:
-                yield env.timeout(call_s)      # release: the call that hands the token on
             gate.release(index)
 
     for i in range(workers):

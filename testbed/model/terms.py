@@ -458,15 +458,11 @@ def init_gate_s(profile: HardwareProfile, workers: int) -> float:
     beyond the driver's call: on the calibrated curve (``init_gate_s_by_workers``), linear
     between its counts and along its last segment beyond them; two actor-call latencies a
     worker in profiles without it (a call to take the token, one to hand it on)."""
-    points = sorted(profile.init_gate_s_by_workers.items())
     if workers <= 0:
         return 0.0
-    if not points:
+    if not profile.init_gate_s_by_workers:
         return 2 * workers * profile.actor_call_latency_s
-    if len(points) == 1:
-        k, t = points[0]
-        return t * workers / k
-    return float(interpolate_setup_s(points, workers))
+    return float(interpolate_setup_s(list(profile.init_gate_s_by_workers.items()), workers))
 
 
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
