@@ -88,6 +88,17 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
     import statistics
     assert level["level"] == statistics.median(r for rows in level["ratios"].values() for _, r in rows)
     assert "applied to every per-call curve" in (validated.path / "report.md").read_text()
+    # and the init of each check run (processes started for it, nothing to read): the session's
+    # init level over the calibration's init call, which scales the init figures the folder keeps
+    assert all(r["init_s"] > 0 for r in runs)
+    calibrated, _, _ = _quick(validated)
+    ratio = statistics.median(r["init_s"] for r in runs) / calibrated.init_call_s
+    assert level["init_level"] == pytest.approx(min(3.0, max(1 / 3, ratio)))
+    saved = load_profile(validated.path / "profile.json")
+    assert saved.init_call_s == pytest.approx(calibrated.init_call_s * level["init_level"])
+    for k, s in calibrated.init_gate_s_by_workers.items():
+        assert saved.init_gate_s_by_workers[k] == pytest.approx(s * level["init_level"])
+    assert "init level of the runs' session" in (validated.path / "report.md").read_text()
 
 def test_summary_has_every_prediction_and_error_column(validated):
     summary = pd.read_csv(validated.path / "summary.csv")
@@ -135,7 +146,29 @@ def _quick(validated, **options):
     return calibrate(data_dir=data_dir, quick=True, **options)
 
 
+def _measured_as(profile, monkeypatch):
+    """Calibration's measurements replaced by ``profile``'s figures: what the busy-machine test
+    below holds is the warning, the load recorded and the cache rewritten, not the figures
+    (the module's quick calibration measures those for real, and the tests after this one hold
+    them); a second real calibration cost 45 of the module's 2 minutes on the 2-core CI machine."""
+    import dataclasses
+
+    import testbed.calibration.calibrate as calibrate_module
+    import testbed.calibration.disk as disk_module
+    import testbed.calibration.reads as reads_module
+    import testbed.calibration.scheduler as scheduler_module
+    kept = ("identity", "cores_per_node", "nodes", "disk", "disk_reference", "load_average", "created",
+            "step_reads", "scheduler")
+    figures = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name not in kept}
+    monkeypatch.setattr(calibrate_module, "measure_ray_figures", lambda progress, quick: {**figures, "details": {}})
+    monkeypatch.setattr(reads_module, "measure_step_reads", lambda *a, **k: profile.step_reads)
+    monkeypatch.setattr(scheduler_module, "measure_scheduler", lambda *a, **k: profile.scheduler)
+    disks = iter([profile.disk, profile.disk_reference])
+    monkeypatch.setattr(disk_module, "calibrate_disk", lambda *a, **k: next(disks))
+
+
 def test_calibration_is_cached_per_machine_and_warns_on_a_busy_one(validated, cache_dir, monkeypatch):
+    import dataclasses
     first, path, reused = _quick(validated)
     assert path.parent == cache_dir / "profiles"
     again, path2, reused2 = _quick(validated)
@@ -144,10 +177,12 @@ def test_calibration_is_cached_per_machine_and_warns_on_a_busy_one(validated, ca
     # measured again on a machine that says it is busy: a warning, and the load recorded
     import os as os_module
     monkeypatch.setattr(os_module, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    _measured_as(first, monkeypatch)
     said = []
     fresh, path3, reused3 = _quick(validated, recalibrate=True, progress=said.append)
     assert any(line.startswith("warning: the machine is busy (load average 99.0") for line in said)
     assert fresh.load_average == (99.0,)
+    assert dataclasses.replace(fresh, load_average=first.load_average, created=first.created) == first
     # measured again and the cache rewritten (a new file, replaced atomically), not the old one returned
     assert not reused3 and path3 == path and path.stat().st_ino != inode
     assert load_profile(path) == fresh
