@@ -20,13 +20,6 @@ calibration's, the level is the session's. The check, its ratios and the level a
 (``HardwareProfile.call_level``); ``apply_call_level`` still takes ratios per figure and size
 (read between the sizes linearly in log bytes, flat past the ends).
 
-The check's runs also time the init call of a config with nothing to read, each on processes
-started for it, as every config of a run starts its own: the median of their init spans over
-the profile's one-process init call is the session's init level (``init_level``), and it
-scales the init call, its fan-out curve and the I/O gate's turns (``apply_init_level``): all
-three are paused Ray calls, which drift with the machine as the per-call costs do, but not by
-the per-call level (docs/model.md, "A thirteenth").
-
 ``measure_call_level`` needs Ray; the rest is pure.
 """
 
@@ -44,7 +37,7 @@ from testbed.model.profile import HardwareProfile
 from testbed.model.scheduler import load_curve_at
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "FIGURES", "level_from_points", "apply_call_level", "measure_call_level",
-           "ratio_at", "session_level", "init_level", "apply_init_level"]
+           "ratio_at", "session_level"]
 
 KIB, MIB = 2**10, 2**20
 # Inline (Ray passes the bytes in the call's message), past the inline limit, and large.
@@ -151,34 +144,6 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
                                call_level=record if record is not None else {"ratios": ratios})
 
 
-def init_level(points: list[RunPoint], profile: HardwareProfile) -> Optional[float]:
-    """The session's init level: the median init span of the check's runs (one worker, nothing
-    to read, processes started for the run) over the profile's one-process init call, within
-    ``RATIO_BOUNDS``; None when the profile has no init call or no run timed its init.
-
-    Why from the check's runs, not the per-call level: the init call is a paused call to
-    processes just started, and on the 2-core VM it followed the per-call level only in part:
-    six held-out draws of 2026-12-03 whose checks read x1.07, x1.13, x0.88, x1.12, x1.08 and
-    x0.83 measured their no-data inits at x1.31, x1.41, x1.07, x0.97, x1.17 and x0.72 of the
-    prediction (the median over 12 configs each). The check's runs are made the way a config's
-    are, so their init is what a config's init costs in this session; calibration's own figure
-    comes from runs on reused processes, whose init measured 0.84 x a fresh run's (2.10 against
-    2.49 ms, five and eight runs side by side on 2026-12-03)."""
-    spans = [p.init_s for p in points if p.init_s > 0]
-    if not spans or not profile.init_call_s:
-        return None
-    return _ratio(float(statistics.median(spans)), profile.init_call_s)
-
-
-def apply_init_level(profile: HardwareProfile, ratio: float) -> HardwareProfile:
-    """``profile`` with its init call, the init call's fan-out curve and the I/O gate's turns
-    scaled by ``ratio`` (``init_level``)."""
-    return dataclasses.replace(
-        profile, init_call_s=profile.init_call_s * ratio if profile.init_call_s is not None else None,
-        init_fanout_s_by_actors={k: v * ratio for k, v in profile.init_fanout_s_by_actors.items()},
-        init_gate_s_by_workers={k: v * ratio for k, v in profile.init_gate_s_by_workers.items()})
-
-
 def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
     """The ``call_level`` of a profile whose check failed: why, when, and the level the profile
     already carried (from an earlier folder's check, or none: the calibration's own)."""
@@ -211,10 +176,9 @@ def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None]
               "runs": [{"gradient_bytes": p.gradient_bytes, "push_s": p.push_s, "pull_s": p.pull_s,
                         "apply_s": p.apply_s, "step_gap_s": p.step_gap_s,
                         "worker_cpu_per_step_s": p.worker_cpu_s / max(1, p.steps),
-                        "shard_cpu_per_step_s": p.shard_cpu_s / max(1, p.steps), "init_s": p.init_s}
-                       for p in points]}
-    init = init_level(points, profile)
-    if init is not None:
-        record["init_level"] = init
-    leveled = apply_call_level(profile, applied, record)
-    return apply_init_level(leveled, init) if init is not None else leveled
+                        "shard_cpu_per_step_s": p.shard_cpu_s / max(1, p.steps),
+                        # Kept, not applied: the init of a run on processes started for it (an
+                        # init level from these, tried, missed held out: docs/model.md, "Tried
+                        # after 2026120318").
+                        "init_s": p.init_s} for p in points]}
+    return apply_call_level(profile, applied, record)

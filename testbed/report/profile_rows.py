@@ -97,9 +97,6 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     if "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
                      f"x{level['level']:.2f}"))
-    if "init_level" in level:
-        rows.append((f"init level of the runs' session{when}: applied to the init call, its fan-out and the gate",
-                     f"x{level['init_level']:.2f}"))
     return rows
 
 

@@ -39,43 +39,6 @@ def test_a_broken_check_run_is_bounded():
     assert ratios["push"][0][1] == pytest.approx(3.0) and ratios["push"][1][1] == pytest.approx(1 / 3)
 
 
-def test_the_init_level_is_the_check_runs_init_over_the_profiles_init_call_and_scales_every_init_figure():
-    from testbed.calibration.level import apply_init_level, init_level
-    from testbed.model.terms import init_call_s, init_gate_s
-    one = costs(1)
-    base = profile(one, init_call_s=2e-3, init_fanout_s_by_actors={2: 4e-3, 8: 9e-3},
-                   init_gate_s_by_workers={1: 6e-3, 4: 20e-3})
-    runs = [dataclasses.replace(point(one, n, 1.0), init_s=s) for n, s in zip(CHECK_SIZES, (3e-3, 1e-3, 2.5e-3))]
-    assert init_level(runs, base) == pytest.approx(1.25)  # the median span, 2.5 ms, over 2 ms
-    assert init_level([dataclasses.replace(r, init_s=1.0) for r in runs], base) == pytest.approx(3.0)  # bounded
-    assert init_level([dataclasses.replace(r, init_s=0.0) for r in runs], base) is None  # no init timed
-    assert init_level(runs, dataclasses.replace(base, init_call_s=None)) is None
-    scaled = apply_init_level(base, 1.25)
-    # the one-process call, the fan-out to several processes and the gate's turns, all by the ratio
-    for k in (1, 2, 5, 8, 12):
-        assert init_call_s(scaled, k) == pytest.approx(1.25 * init_call_s(base, k)), k
-    for n in (1, 3, 4, 9):
-        assert init_gate_s(scaled, n) == pytest.approx(1.25 * init_gate_s(base, n)), n
-    assert scaled.call_costs == base.call_costs  # the per-call curves are the per-call level's
-
-
-def test_the_check_keeps_its_runs_init_and_applies_the_init_level(monkeypatch):
-    import testbed.calibration.level as level_module
-    one = costs(1)
-    base = profile(one, init_call_s=2e-3, init_fanout_s_by_actors={2: 4e-3}, init_gate_s_by_workers={1: 6e-3})
-    spans = iter([1.2e-3, 1.6e-3, 1.0e-3])
-    monkeypatch.setattr(level_module, "run_point",
-                        lambda nbytes, shards, pull_every, steps: dataclasses.replace(point(one, nbytes, 1.0),
-                                                                                      init_s=next(spans)))
-    checked = level_module.measure_call_level(base)
-    assert [r["init_s"] for r in checked.call_level["runs"]] == [1.2e-3, 1.6e-3, 1.0e-3]
-    assert checked.call_level["init_level"] == pytest.approx(0.6)
-    assert checked.init_call_s == pytest.approx(1.2e-3) and checked.init_gate_s_by_workers[1] == pytest.approx(3.6e-3)
-    rows = dict(profile_rows(HardwareProfile.from_dict(json.loads(profile_text(checked)))))
-    [text] = [v for k, v in rows.items() if k.startswith("init level of the runs' session")]
-    assert text == "x0.60"
-
-
 def test_ratio_is_linear_in_log_bytes_between_checked_sizes_and_flat_past_them():
     rows = [[4.0 * KIB, 2.0], [4.0 * MIB, 1.0]]
     assert ratio_at(rows, 1024) == 2.0 and ratio_at(rows, 64 * MIB) == 1.0
