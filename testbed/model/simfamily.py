@@ -185,9 +185,7 @@ def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: 
 def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
     ``terms.init_seconds`` reads it)."""
-    # simulate_init charges one call latency for the driver's call: the calibrated one replaces it.
-    call = init_call_s(profile, worker_processes(config, profile, workers))
-    driver = call - profile.actor_call_latency_s
+    call = init_call_s(profile, worker_processes(config, profile, workers))  # the driver's call
     if config.workload.dataset_bytes <= 0 or profile.disk is None:
         return call
     disk = profile.disk
@@ -195,8 +193,7 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     top = max(disk.seq_read_bytes_per_s.values()) / single
     return simulate_init(workers, init_read_bytes(config, workers) / single,
                          lambda j: disk.aggregate_bandwidth(j) / single, top,
-                         _value(config.data.init_io) == "sequential", profile.actor_call_latency_s,
-                         lambda k: init_gate_s(profile, k)) + driver
+                         _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k))
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

@@ -142,7 +142,7 @@ def _measured_as(profile, monkeypatch):
     """Calibration's measurements replaced by ``profile``'s figures: what the busy-machine test
     below holds is the warning, the load recorded and the cache rewritten, not the figures
     (the module's quick calibration measures those for real, and the tests after this one hold
-    them); a second real calibration cost 45 of the module's 2 minutes on the 2-core CI machine."""
+    them); a second real calibration cost ~50 s of the module's ~140 s on the 2-core CI machine."""
     import dataclasses
 
     import testbed.calibration.calibrate as calibrate_module
