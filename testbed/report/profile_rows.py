@@ -94,7 +94,11 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [(f"per-call level of the runs' session{when}: {figure}",
              "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points))
             for figure, points in level.get("ratios", {}).items() if points]
-    if "level" in level:
+    levels = level.get("levels")
+    if levels and len({round(v, 6) for _, v in levels}) > 1:
+        rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve, by size "
+                     f"(the sizes' medians run one way)", "; ".join(f"{format_bytes(b)}: x{v:.2f}" for b, v in levels)))
+    elif "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
                      f"x{level['level']:.2f}"))
     return rows

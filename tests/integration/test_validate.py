@@ -87,6 +87,10 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
     # one level for every curve: the median of the ratios
     import statistics
     assert level["level"] == statistics.median(r for rows in level["ratios"].values() for _, r in rows)
+    # and the level applied at each checked size (by size where the sizes' medians run one way)
+    from testbed.calibration.level import size_levels
+    assert level["levels"] == size_levels(level["ratios"])
+    assert [b for b, _ in level["levels"]] == [float(n) for n in CHECK_SIZES]
     assert "applied to every per-call curve" in (validated.path / "report.md").read_text()
     # and the init of each check run (processes started for it, nothing to read), kept
     assert all(r["init_s"] > 0 for r in runs)

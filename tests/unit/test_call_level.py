@@ -112,3 +112,32 @@ def test_a_failed_check_is_kept_in_the_profile_and_shown():
     # failing again on that folder's profile still says the level it carries
     assert profile_at_session_level(again, said.append, measure=broken).call_level["carried_level"] == 1.4
     assert any("earlier check, x1.40" in v for k, v in profile_rows(again) if k.startswith("per-call level"))
+
+
+def test_the_level_goes_by_size_only_where_the_sizes_run_one_way():
+    from testbed.calibration.level import session_level, size_levels
+    # a session whose small calls moved more than its large ones: each size's median, applied
+    rising = {"push": [[4096.0, 0.5], [512.0 * KIB, 0.8], [8.0 * MIB, 1.5]],
+              "pull": [[4096.0, 0.6], [512.0 * KIB, 0.9], [8.0 * MIB, 1.4]],
+              "apply": [[4096.0, 0.55], [512.0 * KIB, 0.7], [8.0 * MIB, 1.6]]}
+    assert size_levels(rising) == [[4096.0, 0.55], [512.0 * KIB, 0.8], [8.0 * MIB, 1.5]]
+    falling = {f: [[b, 2.0 / r] for b, r in rows] for f, rows in rising.items()}
+    assert [v for _, v in size_levels(falling)] == pytest.approx([2 / 0.55, 2 / 0.8, 2 / 1.5])
+    # one size disturbed (up, then down again): the one level at every size
+    bumpy = {"push": [[4096.0, 1.5], [512.0 * KIB, 2.03], [8.0 * MIB, 1.36]],
+             "pull": [[4096.0, 1.4], [512.0 * KIB, 1.9], [8.0 * MIB, 1.3]]}
+    one = session_level(bumpy)
+    assert size_levels(bumpy) == [[4096.0, one], [512.0 * KIB, one], [8.0 * MIB, one]]
+    assert size_levels({}) == []
+    # applied by size, read between the sizes in log bytes, and shown by size
+    base = profile(costs(1))
+    levels = size_levels(rising)
+    scaled = apply_call_level(base, {f: levels for f in rising},
+                              {"measured": "now", "ratios": rising, "level": session_level(rising), "levels": levels})
+    c0, c1 = base.call_costs[0], scaled.call_costs[0]
+    assert c1.worker_push_s.at(4 * KIB) == pytest.approx(0.55 * c0.worker_push_s.at(4 * KIB))
+    assert c1.worker_pull_s.at(32 * MIB) == pytest.approx(1.5 * c0.worker_pull_s.at(32 * MIB))
+    assert 0.55 < c1.apply_s.at(64 * KIB) / c0.apply_s.at(64 * KIB) < 0.8
+    rows = dict(profile_rows(scaled))
+    [text] = [v for k, v in rows.items() if "by size" in k]
+    assert text == "4 KiB: x0.55; 512 KiB: x0.80; 8 MiB: x1.50"
