@@ -18,8 +18,9 @@ every per-call curve by the median of those ratios at each size where those medi
 way over the sizes, by one level (the median of them all) where they do not (``size_levels``
 and ``session_level`` say why, and why not each figure's own, nor a line over the sizes): the
 shape over sizes and shard counts stays the calibration's, the level is the session's. The
-check, its ratios and the levels are kept with the profile (``HardwareProfile.call_level``); ``apply_call_level`` still takes ratios per figure and size
-(read between the sizes linearly in log bytes, flat past the ends).
+check, its ratios and the levels are kept with the profile (``HardwareProfile.call_level``);
+``apply_call_level`` still takes ratios per figure and size (read between the sizes linearly in
+log bytes, flat past the ends).
 
 ``measure_call_level`` needs Ray; the rest is pure.
 """
