@@ -176,10 +176,13 @@ def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
     record: dict = {"measured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "failed": reason}
     previous = previous or {}
-    # A checked profile has "level"; a failed one has none, only what it carried.
+    # A checked profile has "level" (and "levels", by size); a failed one has none, only what it carried.
     carried = previous.get("level", previous.get("carried_level"))
     if carried is not None:
         record["carried_level"] = carried
+    carried_levels = previous.get("levels", previous.get("carried_levels"))
+    if carried_levels:
+        record["carried_levels"] = carried_levels
     return record
 
 

@@ -82,22 +82,31 @@ def _record_key(record: Any) -> str:
     return ", ".join(f"{f.name}={getattr(record, f.name)}" for f in fields[:2])
 
 
+def _by_size(points: list[list[float]]) -> str:
+    return "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points)
+
+
+def _differ(levels: Any) -> bool:
+    """Levels by size (``[bytes, level]`` rows) that are not one level at every size."""
+    return bool(levels) and len({round(v, 6) for _, v in levels}) > 1
+
+
 def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     """The session's per-call level (``call_level``): each figure's ratio to the calibration
     at the checked sizes, one row a figure, and the level applied."""
     when = f" (checked {level['measured']})" if level.get("measured") else ""
     if "failed" in level:
-        carried = level.get("carried_level")
-        at = f"the profile's earlier check, x{carried:.2f}" if carried is not None else "the calibration's"
+        carried, by_size = level.get("carried_level"), level.get("carried_levels")
+        at = (f"the profile's earlier check, by size ({_by_size(by_size)})" if _differ(by_size)
+              else f"the profile's earlier check, x{carried:.2f}" if carried is not None else "the calibration's")
         return [(f"per-call level of the runs' session{when}",
                  f"check failed ({level['failed']}); predicted at {at} level")]
-    rows = [(f"per-call level of the runs' session{when}: {figure}",
-             "; ".join(f"{format_bytes(b)}: x{r:.2f}" for b, r in points))
+    rows = [(f"per-call level of the runs' session{when}: {figure}", _by_size(points))
             for figure, points in level.get("ratios", {}).items() if points]
     levels = level.get("levels")
-    if levels and len({round(v, 6) for _, v in levels}) > 1:
+    if _differ(levels):
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve, by size "
-                     f"(the sizes' medians run one way)", "; ".join(f"{format_bytes(b)}: x{v:.2f}" for b, v in levels)))
+                     f"(the sizes' medians run one way)", _by_size(levels)))
     elif "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
                      f"x{level['level']:.2f}"))

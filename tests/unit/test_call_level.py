@@ -112,6 +112,14 @@ def test_a_failed_check_is_kept_in_the_profile_and_shown():
     # failing again on that folder's profile still says the level it carries
     assert profile_at_session_level(again, said.append, measure=broken).call_level["carried_level"] == 1.4
     assert any("earlier check, x1.40" in v for k, v in profile_rows(again) if k.startswith("per-call level"))
+    # a profile an earlier check scaled by size: failing on it says the levels by size it carries
+    by_size = dataclasses.replace(base, call_level={"measured": "then", "ratios": {}, "level": 1.1,
+                                                    "levels": [[4096.0, 0.66], [8.0 * MIB, 1.39]]})
+    failed = profile_at_session_level(by_size, said.append, measure=broken)
+    assert failed.call_level["carried_levels"] == [[4096.0, 0.66], [8.0 * MIB, 1.39]]
+    again = profile_at_session_level(failed, said.append, measure=broken)
+    assert any("earlier check, by size (4 KiB: x0.66; 8 MiB: x1.39)" in v
+               for k, v in profile_rows(again) if k.startswith("per-call level"))
 
 
 def test_the_level_goes_by_size_only_where_the_sizes_run_one_way():
