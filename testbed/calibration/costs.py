@@ -12,6 +12,10 @@ two runs at one shard that differ only in how often they pull (every step, and o
 the end): CPU = pushes x per_push + pulls x per_pull, solved for both. At other shard counts
 one run per size is split in the one-shard ratio at the same size.
 
+A pull is timed differently when it is a call of its own (every ``ssp`` pull) than when it
+travels with the push, so at the largest shard count a third run per size pulls that way
+(``plain_pull_step_from_points``).
+
 ``run_point`` needs Ray; ``point_from_run`` and ``call_costs_from_points`` are pure.
 """
 
@@ -27,7 +31,7 @@ from testbed.model.curves import CallCosts, SizeCurve
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
            "small_calls_from_point", "paired_small_calls", "measure_small_calls", "BEYOND_LARGE_BYTES",
-           "disturbed_sizes", "mean_point", "DISTURBED_RATIO"]
+           "disturbed_sizes", "mean_point", "DISTURBED_RATIO", "plain_pull_step_from_points"]
 
 KIB, MIB = 2**10, 2**20
 # Calibrated sizes: a factor of 4 to 16 apart, from Ray's inline arguments to object-store
@@ -55,6 +59,7 @@ class RunPoint:
     shard_cpu_s: float       # one shard process's CPU during training (mean over shards)
     init_s: float = 0.0      # the driver's init span (nothing to read: the call alone)
     ray_cpu_s: float = 0.0   # Ray's own processes' CPU during training (raylet, GCS, agents)
+    plain_pulls: bool = False  # an ``ssp`` run: every pull a call of its own (``plain_pull_step_from_points``)
 
 
 def _mean(durations: list[float]) -> float:
@@ -68,7 +73,7 @@ def _mean(durations: list[float]) -> float:
 
 
 def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[str, list],
-                   train_cpu_s: dict[str, float], ray_cpu_s: float = 0.0) -> RunPoint:
+                   train_cpu_s: dict[str, float], ray_cpu_s: float = 0.0, plain_pulls: bool = False) -> RunPoint:
     """A ``RunPoint`` from a run's event columns and its actors' training CPU."""
     by: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for role, phase, step, dur in zip(columns["role"], columns["phase"], columns["step"], columns["duration_ns"]):
@@ -87,7 +92,7 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
     return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
                     _mean(events("server", "apply")), gap,
                     float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0,
-                    float(np.median(init)) if init else 0.0, float(ray_cpu_s))
+                    float(np.median(init)) if init else 0.0, float(ray_cpu_s), plain_pulls)
 
 
 def init_call_from_points(points: list[RunPoint]) -> float | None:
@@ -101,7 +106,7 @@ def ray_cpu_from_points(points: list[RunPoint]) -> SizeCurve | None:
     """Ray's own processes' CPU per worker step against the gradient size, from the one-shard
     runs that pull every step (None when no run measured it: a node other than the driver's)."""
     rows = [(p.gradient_bytes, p.ray_cpu_s / p.steps) for p in points
-            if p.shards == 1 and p.pulls >= p.steps and p.ray_cpu_s > 0]
+            if p.shards == 1 and p.pulls >= p.steps and p.ray_cpu_s > 0 and not p.plain_pulls]
     return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
 
 
@@ -118,11 +123,36 @@ def push_return_from_points(points: list[RunPoint]) -> float | None:
     round, +0.59, +0.81, +1.05, +0.47, +0.80 ms in the other (2 shards: +0.39 and +0.54 ms at
     the median)."""
     diffs = []
+    points = [p for p in points if not p.plain_pulls]
     for size in sorted({p.gradient_bytes for p in points if p.shards == 1}):
         runs = sorted((p for p in points if p.shards == 1 and p.gradient_bytes == size), key=lambda p: -p.pulls)
         if len(runs) >= 2 and runs[0].pulls >= runs[0].steps and runs[-1].pulls < runs[-1].steps:
             diffs.append(runs[-1].push_s - runs[0].push_s)
     return max(0.0, float(np.median(diffs))) if diffs else None
+
+
+def plain_pull_step_from_points(points: list[RunPoint]) -> SizeCurve | None:
+    """What a pull that is a call of its own (every ``ssp`` pull) adds for each shard beyond the
+    first, over the pull part of a push that carries it, against one shard's slice: at each
+    size, the plain-pull run against the run pulling every step at the same shard count (made
+    right before it), their pull events' difference over (shards - 1), never below 0 (None
+    without such pairs).
+
+    Why per shard beyond the first: a pull travelling with the push is timed from where the
+    last shard was done with the push, so the other shards' replies came in during the push;
+    a pull of its own has every shard's reply in it, and the worker takes them in turn. Measured
+    on 2026-12-04, one worker, 20 ms sleep, 4 MiB: ssp pulls of 5.2, 8.6, 11.1, 14.0 ms at 1-4
+    shards against 4.5, 5.0, 5.1, 5.9 ms for the async pull part (the simulation said 3.6-4.5 ms
+    for both); at 96 KiB and 3 shards 3.2 against 1.3 ms; at one shard the two differ by
+    0.2-0.7 ms, which the model's call of its own (the shard's dispatch) already holds."""
+    rows = []
+    for plain in (p for p in points if p.plain_pulls and p.shards > 1 and p.pulls > 0):
+        pair = [p for p in points if not p.plain_pulls and p.shards == plain.shards
+                and p.gradient_bytes == plain.gradient_bytes and p.pulls >= p.steps]
+        if pair:
+            step = max(0.0, plain.pull_s - pair[0].pull_s) / (plain.shards - 1)
+            rows.append((plain.gradient_bytes / plain.shards, step))
+    return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
 
 
 def _step_gap_s(columns: dict[str, list]) -> float:
@@ -165,7 +195,9 @@ def _curve(rows: list[tuple[float, float]]) -> SizeCurve:
 
 def call_costs_from_points(points: list[RunPoint]) -> tuple[CallCosts, ...]:
     """The curves of every calibrated shard count. ``points`` holds, per size, a run pulling
-    every step at each shard count and, at one shard, a second run pulling once."""
+    every step at each shard count and, at one shard, a second run pulling once (runs with
+    plain pulls are left out: ``plain_pull_step_from_points`` reads them)."""
+    points = [p for p in points if not p.plain_pulls]
     one = {}
     for size in sorted({p.gradient_bytes for p in points if p.shards == 1}):
         runs = sorted((p for p in points if p.shards == 1 and p.gradient_bytes == size), key=lambda p: -p.pulls)
@@ -226,18 +258,24 @@ def _steps(nbytes: int, quick: bool) -> int:
     return max(8, steps // 4) if quick else steps
 
 
-def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int, reuse: Any = None) -> RunPoint:
+def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int, reuse: Any = None,
+              plain_pulls: bool = False) -> RunPoint:
     """One single-worker run of the testbed (needs Ray); ``pull_every`` None: pull once, at the
-    end; ``reuse``: a ``testbed.runner.run.ReusedActors`` to take the processes from."""
+    end; ``reuse``: a ``testbed.runner.run.ReusedActors`` to take the processes from;
+    ``plain_pulls``: under ``ssp`` (its clock never holds one worker back), so that every pull
+    is a call of its own instead of travelling with the push."""
     from testbed.config.spec import expand, parse_spec
     from testbed.runner.run import run_config
 
-    cfg = expand(parse_spec({"name": "calibrate", "gradient_bytes": nbytes, "servers": shards,
-                             "pull_every": pull_every or steps, "workload": {"steps": steps},
-                             "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}))[0]
+    spec = {"name": "calibrate", "gradient_bytes": nbytes, "servers": shards,
+            "pull_every": pull_every or steps, "workload": {"steps": steps},
+            "compute": {"mode": "sleep", "seconds": STEP_PAUSE_S}}
+    if plain_pulls:
+        spec.update(sync="ssp", staleness=steps)
+    cfg = expand(parse_spec(spec))[0]
     outcome = run_config(cfg, 0, "calibrate", reuse=reuse)
     return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
-                          sum(outcome.ray_background_cpu_s.values()))
+                          sum(outcome.ray_background_cpu_s.values()), plain_pulls)
 
 
 def measure_call_costs(quick: bool, progress: Callable[[str], None],
@@ -247,7 +285,11 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None],
     calibration's; None: every run starts its own)."""
     def runs_at(nbytes: int) -> list[RunPoint]:
         steps = _steps(nbytes, quick)
-        return [run_point(nbytes, shards, 1, steps, reuse) for shards in SHARDS] + [run_point(nbytes, 1, None, steps, reuse)]
+        runs = [run_point(nbytes, shards, 1, steps, reuse) for shards in SHARDS]
+        # Right after the run at the most shards (a pair made back to back shares its level):
+        # the same run with every pull a call of its own.
+        runs.append(run_point(nbytes, SHARDS[-1], 1, max(8, steps // 2), reuse, plain_pulls=True))
+        return runs + [run_point(nbytes, 1, None, steps, reuse)]
 
     points = []
     for nbytes in SIZES_BYTES:
@@ -258,7 +300,7 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None],
                  f"the machine was busy meanwhile)")
         first = [p for p in points if p.gradient_bytes == nbytes]
         kept = [p for p in points if p.gradient_bytes != nbytes]
-        again = runs_at(nbytes)  # the same three runs, in the same order as ``first``
+        again = runs_at(nbytes)  # the same four runs, in the same order as ``first``
         if nbytes in disturbed_sizes(kept + again):
             again = [mean_point(a, b) for a, b in zip(first, again)]
         points = kept + again
@@ -279,7 +321,8 @@ def disturbed_sizes(points: list[RunPoint]) -> list[int]:
     next larger size's by more than ``DISTURBED_RATIO``, the worst first (pure)."""
     worst: dict[int, float] = {}
     for shards in {p.shards for p in points}:
-        runs = sorted((p for p in points if p.shards == shards and p.pulls >= p.steps), key=lambda p: p.gradient_bytes)
+        runs = sorted((p for p in points if p.shards == shards and p.pulls >= p.steps and not p.plain_pulls),
+                      key=lambda p: p.gradient_bytes)
         for a, b in zip(runs, runs[1:]):
             for x, y in ((a.push_s, b.push_s), (a.pull_s, b.pull_s)):
                 if y > 0 and x > DISTURBED_RATIO * y:
@@ -289,7 +332,7 @@ def disturbed_sizes(points: list[RunPoint]) -> list[int]:
 
 def mean_point(a: RunPoint, b: RunPoint) -> RunPoint:
     """Two runs of one kind, their figures averaged (pure)."""
-    if (a.gradient_bytes, a.shards, a.pulls > 1) != (b.gradient_bytes, b.shards, b.pulls > 1):
+    if (a.gradient_bytes, a.shards, a.pulls > 1, a.plain_pulls) != (b.gradient_bytes, b.shards, b.pulls > 1, b.plain_pulls):
         raise ValueError("only runs of one size, shard count and pull schedule are averaged")
     fields = {f.name: (getattr(a, f.name) + getattr(b, f.name)) / 2 for f in dataclasses.fields(RunPoint)
               if isinstance(getattr(a, f.name), float)}

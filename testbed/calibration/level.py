@@ -165,8 +165,13 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
     # A plain push's answer is a small call: the push figure's level at the smallest size.
     push_return = profile.push_return_s * ratio_at(ratios.get("push", []), size) \
         if profile.push_return_s is not None else None
+    # A plain pull's step per shard is a pull figure, measured at two shards: its slice's
+    # gradient there.
+    step = profile.plain_pull_step_s
+    if step is not None and "pull" in ratios:
+        step = SizeCurve(tuple((b, v * ratio_at(ratios["pull"], 2 * b)) for b, v in step.points))
     return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
-                               large_calls_by_shards=large, push_return_s=push_return,
+                               large_calls_by_shards=large, push_return_s=push_return, plain_pull_step_s=step,
                                call_level=record if record is not None else {"ratios": ratios})
 
 

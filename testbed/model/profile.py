@@ -163,6 +163,10 @@ class HardwareProfile:
     ray_cpu_per_step_s: Optional[SizeCurve] = None
     # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
     call_costs: tuple[CallCosts, ...] = ()
+    # What a pull that is a call of its own (every ``ssp`` pull) adds per shard beyond the first
+    # over the pull part of a push that carries it, against one shard's slice
+    # (``costs.plain_pull_step_from_points``). None (profiles before calibration version 20): 0.
+    plain_pull_step_s: Optional[SizeCurve] = None
     reference_curves: Optional[ReferenceCurves] = None  # microbenchmarks of the same paths, for reference
     # A step's read as workers do it: direct reads after a pause, over their size (reads.py).
     # None (profiles calibrated before it): the step read is predicted from ``disk``'s figures.
@@ -242,8 +246,9 @@ class HardwareProfile:
             object.__setattr__(self, name, {int(k): {str(n): float(v) for n, v in figures.items()}
                                             for k, figures in getattr(self, name).items()})
         object.__setattr__(self, "large_calls_bytes", int(self.large_calls_bytes))
-        if isinstance(self.ray_cpu_per_step_s, dict):
-            object.__setattr__(self, "ray_cpu_per_step_s", SizeCurve(**self.ray_cpu_per_step_s))
+        for name in ("ray_cpu_per_step_s", "plain_pull_step_s"):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, SizeCurve(**getattr(self, name)))
 
     def scalar_figures(self) -> dict[str, float]:
         """The optional scalar figures that are set, by name (for profile tables)."""

@@ -319,6 +319,10 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     push, pull = _worker_side(profile, costs, "worker_push_s", m, s), _worker_side(profile, costs, "worker_pull_s", m, s)
     apply_cal = costs.apply_s.at(part)
     above = part >= INLINE_LIMIT_BYTES
+    if _value(config.sync) == "ssp" and profile.plain_pull_step_s is not None and s > 1:
+        # Every ssp pull is a call of its own: every shard's reply is in it, where the curves'
+        # pull (travelling with the push) holds the last shard's alone.
+        pull += (s - 1) * at_side(profile.plain_pull_step_s, part, INLINE_LIMIT_BYTES, above)
     shard_push_cpu = at_side(costs.shard_push_cpu_s, part, INLINE_LIMIT_BYTES, above)
     shard_pull_cpu = at_side(costs.shard_pull_cpu_s, part, INLINE_LIMIT_BYTES, above)
     # A shard's service can't be shorter than its apply nor longer than the call it serves.

@@ -185,10 +185,12 @@ def test_ray_cpu_per_step_is_calibrated_and_takes_the_cores_in_the_simulation():
     assert busy.train_s > quiet.train_s  # 8 workers x 4 ms of Ray's CPU per step on 2 cores
 
 
-def _sweep_point(size, shards, pulls, push_s, steps=10):
+def _sweep_point(size, shards, pulls, push_s, steps=10, plain_pulls=False):
     from testbed.calibration.costs import RunPoint
-    return RunPoint(size, shards, steps, steps, pulls, push_s, push_s / 2 if pulls else 0.0, 1e-4, 2e-4,
-                    steps * push_s, steps * push_s / 2)
+    # A plain-pull run's pulls take a third longer (and 10 % more CPU) than the pull parts.
+    pull_s = (push_s / 2) * (4 / 3 if plain_pulls else 1.0) if pulls else 0.0
+    return RunPoint(size, shards, steps, steps, pulls, push_s, pull_s, 1e-4, 2e-4,
+                    steps * push_s * (1.1 if plain_pulls else 1.0), steps * push_s / 2, plain_pulls=plain_pulls)
 
 
 def test_a_size_whose_calls_cost_more_than_the_next_ones_is_disturbed():
@@ -206,18 +208,23 @@ def test_the_sweep_measures_a_disturbed_size_again_and_keeps_the_undisturbed_run
     calls = []
     cost = dict(zip(costs.SIZES_BYTES, (2e-3, 2.4e-3, 4e-3, 5e-3, 8e-3, 12e-3)))
 
-    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None):
+    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None, plain_pulls=False):
         calls.append(nbytes)
-        burst = 3.0 if nbytes == 2**19 and calls.count(nbytes) <= 3 else 1.0  # the first three runs at 512 KiB
-        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps)
+        burst = 3.0 if nbytes == 2**19 and calls.count(nbytes) <= 4 else 1.0  # the first four runs at 512 KiB
+        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps,
+                            plain_pulls)
 
     monkeypatch.setattr(costs, "run_point", fake_run_point)
     said = []
     curves, points = costs.measure_call_costs(True, said.append)
-    assert calls.count(2**19) == 6 and len(calls) == 3 * len(costs.SIZES_BYTES) + 3
+    assert calls.count(2**19) == 8 and len(calls) == 4 * len(costs.SIZES_BYTES) + 4
     assert any("512 KiB again" in s for s in said)
     assert curves[0].worker_push_s.at(2**19) == pytest.approx(4e-3)  # the run made again, not the burst
     assert [p.gradient_bytes for p in points] == sorted(p.gradient_bytes for p in points)
+    # The plain-pull runs are at the largest shard count, one a size, and stay out of the curves.
+    plain = [p for p in points if p.plain_pulls]
+    assert sorted(p.gradient_bytes for p in plain) == sorted(costs.SIZES_BYTES) and {p.shards for p in plain} == {2}
+    assert curves[1].worker_pull_s.at(2**21) == pytest.approx(5e-3 * 2 / 2)
 
 
 def test_a_size_disturbed_twice_keeps_the_mean_of_both_measurements(monkeypatch):
@@ -225,10 +232,11 @@ def test_a_size_disturbed_twice_keeps_the_mean_of_both_measurements(monkeypatch)
     cost = dict(zip(costs.SIZES_BYTES, (2e-3, 2.4e-3, 4e-3, 5e-3, 8e-3, 12e-3)))
     seen = []
 
-    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None):
+    def fake_run_point(nbytes, shards, pull_every, steps, reuse=None, plain_pulls=False):
         seen.append(nbytes)
-        burst = (3.0 if seen.count(nbytes) <= 3 else 2.0) if nbytes == 2**19 else 1.0
-        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps)
+        burst = (3.0 if seen.count(nbytes) <= 4 else 2.0) if nbytes == 2**19 else 1.0
+        return _sweep_point(nbytes, shards, steps if pull_every == 1 else 1, burst * cost[nbytes] * shards, steps,
+                            plain_pulls)
 
     monkeypatch.setattr(costs, "run_point", fake_run_point)
     curves, _ = costs.measure_call_costs(True, lambda s: None)
@@ -256,3 +264,24 @@ def test_call_cpu_figures_are_the_callee_cpu_per_call_of_each_series():
     assert "actor_caller_cpu_s" not in got
     caller = call_cpu_figures((1.0, 1.0808), 100, (2.0, 2.05025), 200, caller=(5.0, 5.101))
     assert caller["actor_caller_cpu_s"] == pytest.approx(0.001)
+
+
+def test_the_plain_pull_step_is_the_pull_difference_per_shard_beyond_the_first_at_the_slice():
+    from testbed.calibration.costs import disturbed_sizes, mean_point, plain_pull_step_from_points
+    sizes = (4096, 2**19, 2**23)
+    points = [_sweep_point(n, 2, 10, 4e-3 * (1 + n / 2**23)) for n in sizes]
+    points += [_sweep_point(n, 2, 10, 4e-3 * (1 + n / 2**23), plain_pulls=True) for n in sizes]
+    step = plain_pull_step_from_points(points)
+    # the pull parts are push / 2, the plain pulls a third longer: (1/3) (push / 2) over one shard more
+    assert [b for b, _ in step.points] == [n / 2 for n in sizes]
+    for (b, v), n in zip(step.points, sizes):
+        assert v == pytest.approx(4e-3 * (1 + n / 2**23) / 6)
+    # never below 0, and none from fewer than two pairs
+    cheaper = [dataclasses.replace(p, pull_s=p.pull_s / 2) if p.plain_pulls else p for p in points]
+    assert all(v == 0 for _, v in plain_pull_step_from_points(cheaper).points)
+    assert plain_pull_step_from_points(points[:1] + points[3:4]) is None
+    # the plain runs are not compared with the others for disturbance, nor averaged with them
+    burst = [dataclasses.replace(p, push_s=p.push_s * 5) if p.plain_pulls else p for p in points]
+    assert disturbed_sizes(burst) == []
+    with pytest.raises(ValueError, match="one size"):
+        mean_point(points[0], points[3])

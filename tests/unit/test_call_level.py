@@ -66,6 +66,14 @@ def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
     assert answered.push_return_s == pytest.approx(1e-3)
     assert apply_call_level(base, ratios, {"ratios": ratios}).push_return_s is None
     assert scaled.small_calls_by_shards[4]["worker_pull_s"] == pytest.approx(1e-3)
+    # a plain pull's step per shard is a pull figure, read at its slice's gradient at two shards
+    from testbed.model.curves import SizeCurve
+    stepped = dataclasses.replace(base, plain_pull_step_s=SizeCurve(((2.0 * KIB, 1e-3), (4.0 * MIB, 2e-3))))
+    pulled = {"pull": [[4.0 * KIB, 3.0], [8.0 * MIB, 1.5]]}
+    # (x3 at 4 KiB; x1.5 at 8 MiB)
+    assert [v for _, v in apply_call_level(stepped, pulled, {"ratios": pulled}).plain_pull_step_s.points] == \
+        pytest.approx([3e-3, 3e-3])
+    assert apply_call_level(stepped, ratios, {"ratios": ratios}).plain_pull_step_s == stepped.plain_pull_step_s
     # saved and loaded with the profile, and shown in its table
     again = HardwareProfile.from_dict(json.loads(profile_text(scaled)))
     assert again.call_level["ratios"]["push"][0] == [4.0 * KIB, 2.0]

@@ -347,3 +347,21 @@ def test_one_simulated_worker_with_more_shards_than_cores_pushes_and_pulls_at_th
     pred = predict(cfg, p, ModelFamily.SIMULATED)
     assert pred.push_s == pytest.approx(t.push_transfer_s + t.push_service_s, rel=1e-6)
     assert pred.pull_s == pytest.approx(t.pull_transfer_s + t.pull_service_s, rel=1e-6)
+
+
+def test_an_ssp_pull_has_every_shards_reply_in_it_and_the_other_modes_keep_the_curves():
+    step = SizeCurve(((2 * KIB, 0.5 * MS), (256 * KIB, 1 * MS), (1 * MIB, 2 * MS), (4 * MIB, 3 * MS)))
+    with_step, without = profile(costs(1), costs(2), plain_pull_step_s=step), profile(costs(1), costs(2))
+    for sync in ("async", "sync"):
+        c = config(servers=2, sync=sync)
+        assert step_terms(c, with_step).pull_transfer_s == pytest.approx(step_terms(c, without).pull_transfer_s)
+    one = config(sync="ssp", staleness=1)  # one shard: no other shard's reply
+    assert step_terms(one, with_step).pull_transfer_s == pytest.approx(step_terms(one, without).pull_transfer_s)
+    # 4 MiB over 4 shards: 1 MiB slices through the object store, three replies more than the curves' one
+    four = config(servers=4, sync="ssp", staleness=1)
+    grown = step_terms(four, with_step).pull_transfer_s - step_terms(four, without).pull_transfer_s
+    assert grown == pytest.approx(3 * 2 * MS)
+    assert predict(four, with_step, ModelFamily.SIMULATED).pull_s - predict(four, without, ModelFamily.SIMULATED).pull_s \
+        == pytest.approx(3 * 2 * MS, rel=0.05)
+    # the step rides the profile's round trip
+    assert HardwareProfile.from_dict(json.loads(json.dumps(with_step.to_dict()))) == with_step
