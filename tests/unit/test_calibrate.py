@@ -274,7 +274,7 @@ def test_the_plain_pull_step_is_the_pull_difference_per_shard_beyond_the_first_a
     step = plain_pull_step_from_points(points)
     # the pull parts are push / 2, the plain pulls a third longer: (1/3) (push / 2) over one shard more
     assert [b for b, _ in step.points] == [n / 2 for n in sizes]
-    for (b, v), n in zip(step.points, sizes):
+    for (_, v), n in zip(step.points, sizes):
         assert v == pytest.approx(4e-3 * (1 + n / 2**23) / 6)
     # never below 0, and none from fewer than two pairs
     cheaper = [dataclasses.replace(p, pull_s=p.pull_s / 2) if p.plain_pulls else p for p in points]
