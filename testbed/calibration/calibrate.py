@@ -425,10 +425,10 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
                 progress(str(err))
             else:
                 progress("disk (fio, for reference)")
-                # Half a second a job count (the reader's take 1 s): the reference is shown beside
-                # the reader's figures, not fed to the model (1.3 s a job count at 1 s with fio's
-                # start-up, 0.8 s at 0.5 s: about 2.5 s of the calibration's 90).
-                reference = calibrate_disk(target, file_bytes=size, runtime_s=min(runtime_s, 0.5), max_jobs=8,
+                # 0.3 s a job count (the reader's take 1 s): the reference is shown beside the
+                # reader's figures, not fed to the model (1.3 s a job count at 1 s with fio's
+                # start-up, 0.8 s at 0.5 s, ~0.6 s at 0.3 s: the room for the plain-pull runs).
+                reference = calibrate_disk(target, file_bytes=size, runtime_s=min(runtime_s, 0.3), max_jobs=8,
                                            method="fio", progress=progress, file_name=name)
         finally:
             (target / name).unlink(missing_ok=True)

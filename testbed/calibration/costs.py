@@ -288,7 +288,7 @@ def measure_call_costs(quick: bool, progress: Callable[[str], None],
         runs = [run_point(nbytes, shards, 1, steps, reuse) for shards in SHARDS]
         # Right after the run at the most shards (a pair made back to back shares its level):
         # the same run with every pull a call of its own.
-        runs.append(run_point(nbytes, SHARDS[-1], 1, max(8, steps // 2), reuse, plain_pulls=True))
+        runs.append(run_point(nbytes, SHARDS[-1], 1, max(8, steps // 3), reuse, plain_pulls=True))
         return runs + [run_point(nbytes, 1, None, steps, reuse)]
 
     points = []
