@@ -249,3 +249,23 @@ def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shard
     assert set(small) == set(large) == {"worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s"}
     # 2 MiB in four slices through the object store costs more than 4 KiB in four inline ones
     assert large["worker_push_s"] > small["worker_push_s"] > 0
+
+
+def test_calibration_measures_an_ssp_pull_at_two_shards_at_every_size(validated, cache_dir):
+    from testbed.calibration.costs import SHARDS, SIZES_BYTES
+    profile, _, _ = _quick(validated)
+    # one real ssp run a size at the largest shard count: the step is read at each slice
+    step = profile.plain_pull_step_s
+    assert step is not None and [b for b, _ in step.points] == [n / SHARDS[-1] for n in SIZES_BYTES]
+    assert all(0 <= v < 0.5 for _, v in step.points)
+    # an ssp pull at 4 shards reads three steps more than an async one's part; at one shard none
+    from testbed.config.spec import ConfigFields
+    from testbed.model.terms import step_terms
+
+    def pull(servers, sync):
+        cfg = ConfigFields.model_validate({"workers": 1, "servers": servers, "sync": sync, "gradient_bytes": 2**21,
+                                           "compute": {"seconds": 0.02}, "workload": {"steps": 10}})
+        t = step_terms(cfg, profile)
+        return t.pull_transfer_s + t.pull_service_s
+    assert pull(1, "ssp") == pytest.approx(pull(1, "async"))
+    assert pull(4, "ssp") - pull(4, "async") == pytest.approx(3 * step.at(2**21 / 4))
