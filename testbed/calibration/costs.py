@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from testbed.model.curves import CallCosts, SizeCurve
+from testbed.model.curves import CallCosts, SizeCurve, pooled_means
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
@@ -144,7 +144,8 @@ def plain_pull_step_from_points(points: list[RunPoint]) -> SizeCurve | None:
     on 2026-12-04, one worker, 20 ms sleep, 4 MiB: ssp pulls of 5.2, 8.6, 11.1, 14.0 ms at 1-4
     shards against 4.5, 5.0, 5.1, 5.9 ms for the async pull part (the simulation said 3.6-4.5 ms
     for both); at 96 KiB and 3 shards 3.2 against 1.3 ms; at one shard the two differ by
-    0.2-0.7 ms, which the model's call of its own (the shard's dispatch) already holds."""
+    0.2-0.7 ms, which the model's call of its own (the shard's dispatch) already holds. The
+    differences are made non-decreasing over the sizes (``pooled_means``)."""
     rows = []
     for plain in (p for p in points if p.plain_pulls and p.shards > 1 and p.pulls > 0):
         pair = [p for p in points if not p.plain_pulls and p.shards == plain.shards
@@ -152,7 +153,13 @@ def plain_pull_step_from_points(points: list[RunPoint]) -> SizeCurve | None:
         if pair:
             step = max(0.0, plain.pull_s - pair[0].pull_s) / (plain.shards - 1)
             rows.append((plain.gradient_bytes / plain.shards, step))
-    return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
+    if len(rows) < 2:
+        return None
+    # A larger reply never costs less to take: the differences made non-decreasing over the
+    # sizes (pooled where they fall), as the difference of two noisy means can dip below the
+    # sizes around it (on 2026-12-04 03:52 it read 1.93, 1.72, 2.09, 2.67, 0, 7.68 ms).
+    rows.sort()
+    return SizeCurve(tuple(zip([b for b, _ in rows], pooled_means([v for _, v in rows]))))
 
 
 def _step_gap_s(columns: dict[str, list]) -> float:

@@ -280,6 +280,12 @@ def test_the_plain_pull_step_is_the_pull_difference_per_shard_beyond_the_first_a
     cheaper = [dataclasses.replace(p, pull_s=p.pull_s / 2) if p.plain_pulls else p for p in points]
     assert all(v == 0 for _, v in plain_pull_step_from_points(cheaper).points)
     assert plain_pull_step_from_points(points[:1] + points[3:4]) is None
+    # a dip between two sizes is pooled with the size below it: a larger reply never costs less
+    dipped = [dataclasses.replace(p, pull_s=p.pull_s * 0.5) if p.plain_pulls and p.gradient_bytes == 2**19 else p
+              for p in points]
+    values = [v for _, v in plain_pull_step_from_points(dipped).points]
+    assert values[0] == values[1] < values[2] and values == sorted(values)
+    assert values[0] == pytest.approx(4e-3 * (1 + 4096 / 2**23) / 6 / 2)  # the mean of 4 KiB's step and 0
     # the plain runs are not compared with the others for disturbance, nor averaged with them
     burst = [dataclasses.replace(p, push_s=p.push_s * 5) if p.plain_pulls else p for p in points]
     assert disturbed_sizes(burst) == []
