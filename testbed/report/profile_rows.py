@@ -34,6 +34,8 @@ _LABELS = {
     "small_calls_by_shards": "worker at the smallest size",
     "large_calls_by_shards": "worker at the large size",
     "load_average": "load average (1 min) as calibration began",
+    "plain_pull_step_s": "an ssp pull (a call of its own): what each shard beyond the first adds, by slice",
+    "ray_cpu_per_step_s": "Ray's own processes' CPU per worker step",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",

@@ -365,3 +365,7 @@ def test_an_ssp_pull_has_every_shards_reply_in_it_and_the_other_modes_keep_the_c
         == pytest.approx(3 * 2 * MS, rel=0.05)
     # the step rides the profile's round trip
     assert HardwareProfile.from_dict(json.loads(json.dumps(with_step.to_dict()))) == with_step
+    # and the profile's table names it
+    from testbed.report.profile_rows import profile_rows
+    assert dict(profile_rows(with_step))["an ssp pull (a call of its own): what each shard beyond the first adds, "
+                                         "by slice"].startswith("2 KiB: 500 us")
