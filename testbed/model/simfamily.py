@@ -104,6 +104,11 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     stretch = max(0.0, s / t.cores - 1.0) if t.cores > 0 else 0.0
     push_transfer = max(0.0, t.push_transfer_s - stretch * push_shard_cpu)
     pull_transfer = max(0.0, t.pull_transfer_s - stretch * pull_shard_cpu)
+    # A call that finds the shard serving another: its dispatch's fixed part at the ratio of a
+    # bare call's callee CPU queued to paused (docs/model.md, "A busy shard's dispatch").
+    busy_ratio = (min(1.0, profile.actor_call_cpu_busy_s / profile.actor_call_cpu_s)
+                  if profile.actor_call_cpu_busy_s and profile.actor_call_cpu_s else 1.0)
+    overhead_busy = overhead - (1.0 - busy_ratio) * min(overhead, t.dispatch_fixed_s)
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
@@ -133,7 +138,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         spin_overshoot=profile.scheduler.spin_overshoot_s if profile.scheduler else (),
         wake=profile.scheduler.wake_s if profile.scheduler else (),
         read_ops=read_calls(config),
-        reply_s=reply,
+        reply_s=reply, overhead_busy_s=overhead_busy,
     )
 
 

@@ -100,6 +100,10 @@ class StepTerms:
     # a worker's pushes that are plain: 1 - 1/k under ``async``, all under ``ssp``, none under ``sync``.
     push_return_s: float = 0.0
     plain_push_fraction: float = 0.0
+    # The fixed part of a shard's dispatch of a push (its CPU beyond the apply at the smallest
+    # calibrated slice; 0: unknown). The simulated family discounts it for a call that finds
+    # the shard serving another (docs/model.md, "A busy shard's dispatch").
+    dispatch_fixed_s: float = 0.0
 
     @property
     def server_demand_s(self) -> float:
@@ -338,9 +342,16 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
     shards_cpu = s * (shard_push_cpu + shard_pull_cpu / k)
     emulated = float(getattr(config, "apply_seconds", 0.0)) / s
+    # The fixed part of a shard's dispatch of an inline slice: its CPU per push beyond the
+    # apply at the smallest calibrated slice, where the bytes cost next to nothing (the rest of
+    # a larger slice's dispatch grows with its bytes). A slice through the object store has
+    # fixed costs of its own (a put, a get), which no bare call measures: none is counted.
+    lo = costs.shard_push_cpu_s.lo_bytes
+    dispatch_fixed = 0.0 if above else max(0.0, costs.shard_push_cpu_s.at(lo) - costs.apply_s.at(lo))
     return dict(push_transfer_s=push - s_push + extra_net, pull_transfer_s=pull - s_pull + extra_net,
                 push_service_s=s_push + emulated, apply_s=apply_cal + emulated, pull_service_s=s_pull,
-                worker_cpu_s=max(0.0, worker_cpu - gap), worker_extra_s=gap, server_cpu_s=shards_cpu)
+                worker_cpu_s=max(0.0, worker_cpu - gap), worker_extra_s=gap, server_cpu_s=shards_cpu,
+                dispatch_fixed_s=dispatch_fixed)
 
 
 def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:

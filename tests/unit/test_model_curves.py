@@ -369,3 +369,25 @@ def test_an_ssp_pull_has_every_shards_reply_in_it_and_the_other_modes_keep_the_c
     from testbed.report.profile_rows import profile_rows
     assert dict(profile_rows(with_step))["an ssp pull (a call of its own): what each shard beyond the first adds, "
                                          "by slice"].startswith("2 KiB: 500 us")
+
+
+def test_a_busy_shards_dispatch_is_discounted_in_its_fixed_part_and_only_for_inline_slices():
+    from testbed.model.simfamily import sim_spec
+    busy = profile(costs(1), actor_call_cpu_s=1.0 * MS, actor_call_cpu_busy_s=0.4 * MS)
+    # the fixed part: the shard's CPU per push beyond the apply at the smallest slice (0.3 ms +
+    # 4 KiB at 0.3 ns a byte, less the apply there)
+    small = config(gradient_bytes=64 * KIB)
+    t = step_terms(small, busy)
+    fixed = (0.3 * MS + 0.3e-9 * 4 * KIB) - (0.01 * MS + 0.1e-9 * 4 * KIB)
+    assert t.dispatch_fixed_s == pytest.approx(fixed)
+    spec = sim_spec(small, busy, t)
+    # a call that finds the shard serving another saves 60 % of the fixed part, none of the bytes'
+    assert spec.overhead_s - spec.overhead_busy_s == pytest.approx(0.6 * fixed)
+    # a slice through the object store keeps its whole dispatch, as does a profile with no busy figure
+    large = config(gradient_bytes=4 * MIB)
+    assert step_terms(large, busy).dispatch_fixed_s == 0.0
+    spec = sim_spec(large, busy, step_terms(large, busy))
+    assert spec.overhead_busy_s == pytest.approx(spec.overhead_s)
+    plain = profile(costs(1))
+    spec = sim_spec(small, plain, step_terms(small, plain))
+    assert spec.overhead_busy_s == pytest.approx(spec.overhead_s)
