@@ -48,6 +48,7 @@ from testbed.calibration.costs import (
     plain_pull_step_from_points,
     push_return_from_points,
     ray_cpu_from_points,
+    ray_cpu_shard_step_from_points,
 )
 from testbed.config.errors import UserError
 from testbed.model.curves import CallCosts, ReferenceCurves, SizeCurve
@@ -82,7 +83,9 @@ Progress = Callable[[str], None]
 # 18: the start-up curve at 2 and 16 actors, the fan-out to 8 on half of the 16 (``_measure_setup``)
 # 19: the I/O gate of a sequential init at 1, 4 and 16 workers (``_measure_gate``)
 # 20: a run per size whose pulls are calls of their own (``costs.plain_pull_step_from_points``)
-CALIBRATION_VERSION = 20
+# 21: Ray's own CPU per step for each shard beyond the first (``costs.ray_cpu_shard_step_from_points``,
+# from the sweep's runs: no new run)
+CALIBRATION_VERSION = 21
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -356,7 +359,8 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "init_fanout_s_by_actors": fanout, "init_gate_s_by_workers": gate,
         "call_costs": costs, "small_calls_by_shards": small_calls,
         "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES, "init_call_s": init_call_from_points(points),
-        "ray_cpu_per_step_s": ray_cpu_from_points(points), "push_return_s": push_return_from_points(points),
+        "ray_cpu_per_step_s": ray_cpu_from_points(points), "ray_cpu_shard_step_s": ray_cpu_shard_step_from_points(points),
+        "push_return_s": push_return_from_points(points),
         "plain_pull_step_s": plain_pull_step_from_points(points),
         "details": {"runs": [dataclasses.asdict(p) for p in points]},
     }

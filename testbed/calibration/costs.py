@@ -29,7 +29,8 @@ import numpy as np
 from testbed.model.curves import CallCosts, SizeCurve, pooled_means
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
-           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
+           "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "ray_cpu_shard_step_from_points",
+           "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
            "small_calls_from_point", "paired_small_calls", "measure_small_calls", "BEYOND_LARGE_BYTES",
            "disturbed_sizes", "mean_point", "DISTURBED_RATIO", "plain_pull_step_from_points"]
 
@@ -107,6 +108,26 @@ def ray_cpu_from_points(points: list[RunPoint]) -> SizeCurve | None:
     runs that pull every step (None when no run measured it: a node other than the driver's)."""
     rows = [(p.gradient_bytes, p.ray_cpu_s / p.steps) for p in points
             if p.shards == 1 and p.pulls >= p.steps and p.ray_cpu_s > 0 and not p.plain_pulls]
+    return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
+
+
+def ray_cpu_shard_step_from_points(points: list[RunPoint]) -> SizeCurve | None:
+    """What Ray's own processes spend per worker step for each shard beyond the first, against
+    one shard's slice: at each size, the 2-shard run pulling every step against the 1-shard
+    one, their Ray CPU per step's difference, never below 0 (None without two such pairs).
+
+    Why: a slice past the inline limit is an object in the node's object store, held by the
+    raylet, one per shard a push and one per shard a pull, so the raylet's work grows with the
+    shards where the curve over the gradient size (``ray_cpu_from_points``, one shard) does not.
+    Measured on 2026-12-04 (one worker, 50 ms sleep, pulling every step, 40 steps): the raylet's
+    CPU per step 3.25, 6.25, 9.75 ms at 1, 2, 4 shards for 512 KiB and 3.5, 6.25, 10.75 ms for
+    8 MiB. On the held-out draws 2026120415-16 the configs with many workers on 2-4 shards at
+    MiB slices measured Ray's CPU per step at 1.6-3.7 x the one-shard curve and came out 29-50 %
+    short on train."""
+    by = {(p.gradient_bytes, p.shards): p for p in points
+          if p.pulls >= p.steps and p.ray_cpu_s > 0 and p.steps > 0 and not p.plain_pulls}
+    rows = [(m / 2, max(0.0, two.ray_cpu_s / two.steps - one.ray_cpu_s / one.steps))
+            for (m, k), two in sorted(by.items()) if k == 2 and (one := by.get((m, 1))) is not None]
     return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
 
 

@@ -161,6 +161,10 @@ class HardwareProfile:
     # CPU of Ray's own processes (raylet with its object store, GCS, agents) per worker step,
     # against the gradient size: nobody waits for it, but it takes the cores (None: not measured).
     ray_cpu_per_step_s: Optional[SizeCurve] = None
+    # What Ray's own processes spend per worker step for each shard beyond the first, against one
+    # shard's slice (``costs.ray_cpu_shard_step_from_points``; the raylet holds a slice past the
+    # inline limit as an object). None (profiles before calibration version 21): 0.
+    ray_cpu_shard_step_s: Optional[SizeCurve] = None
     # Per-call costs across gradient sizes, one record per calibrated shard count (curves.py).
     call_costs: tuple[CallCosts, ...] = ()
     # What a pull that is a call of its own (every ``ssp`` pull) adds per shard beyond the first
@@ -246,7 +250,7 @@ class HardwareProfile:
             object.__setattr__(self, name, {int(k): {str(n): float(v) for n, v in figures.items()}
                                             for k, figures in getattr(self, name).items()})
         object.__setattr__(self, "large_calls_bytes", int(self.large_calls_bytes))
-        for name in ("ray_cpu_per_step_s", "plain_pull_step_s"):
+        for name in ("ray_cpu_per_step_s", "ray_cpu_shard_step_s", "plain_pull_step_s"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, SizeCurve(**getattr(self, name)))
 

@@ -396,11 +396,24 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),
-        ray_cpu_s=profile.ray_cpu_per_step_s.at(config.gradient_bytes) if profile.ray_cpu_per_step_s else 0.0,
+        ray_cpu_s=ray_cpu_per_step(config, profile),
         links=_links(config),
         push_return_s=profile.push_return_s or 0.0, plain_push_fraction=plain_push_fraction(config),
         **calls,
     )
+
+
+def ray_cpu_per_step(config: Any, profile: HardwareProfile) -> float:
+    """CPU of Ray's own processes per worker step: the one-shard curve at the gradient size, and
+    for each shard beyond the first the calibrated step at the slice (0 where not calibrated)."""
+    if profile.ray_cpu_per_step_s is None:
+        return 0.0
+    value = profile.ray_cpu_per_step_s.at(config.gradient_bytes)
+    s = config.servers
+    if s > 1 and profile.ray_cpu_shard_step_s is not None:
+        part = config.gradient_bytes / s
+        value += (s - 1) * at_side(profile.ray_cpu_shard_step_s, part, INLINE_LIMIT_BYTES, part >= INLINE_LIMIT_BYTES)
+    return value
 
 
 def plain_push_fraction(config: Any) -> float:

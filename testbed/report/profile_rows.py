@@ -36,6 +36,7 @@ _LABELS = {
     "load_average": "load average (1 min) as calibration began",
     "plain_pull_step_s": "an ssp pull (a call of its own): what each shard beyond the first adds, by slice",
     "ray_cpu_per_step_s": "Ray's own processes' CPU per worker step",
+    "ray_cpu_shard_step_s": "Ray's own processes' CPU per worker step: what each shard beyond the first adds, by slice",
 }
 # Keyed curves: the label of one point, given its key.
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",

@@ -269,3 +269,21 @@ def test_calibration_measures_an_ssp_pull_at_two_shards_at_every_size(validated,
         return t.pull_transfer_s + t.pull_service_s
     assert pull(1, "ssp") == pytest.approx(pull(1, "async"))
     assert pull(4, "ssp") - pull(4, "async") == pytest.approx(3 * step.at(2**21 / 4))
+
+
+def test_calibration_measures_rays_cpu_for_each_shard_beyond_the_first_at_every_size(validated, cache_dir):
+    from testbed.calibration.costs import SHARDS, SIZES_BYTES
+    from testbed.config.spec import ConfigFields
+    from testbed.model.terms import ray_cpu_per_step
+    profile, _, _ = _quick(validated)
+    # from the sweep's own runs at one and two shards, pulling every step: a figure a size at the
+    # slice, CPU seconds per step (the real runs' Ray processes, read from their clocks in 10 ms
+    # ticks, so a quick run of 8 steps may read none at a small size: that size has no pair)
+    step = profile.ray_cpu_shard_step_s
+    assert step is not None and len(step.points) >= 2
+    assert {b for b, _ in step.points} <= {n / SHARDS[-1] for n in SIZES_BYTES}
+    assert all(0 <= v < 0.1 for _, v in step.points)
+    cfg = ConfigFields.model_validate({"workers": 1, "servers": 4, "gradient_bytes": 2**23,
+                                       "compute": {"seconds": 0.02}, "workload": {"steps": 10}})
+    assert ray_cpu_per_step(cfg, profile) == pytest.approx(profile.ray_cpu_per_step_s.at(2**23)
+                                                           + 3 * step.at(2**21))

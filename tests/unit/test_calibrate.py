@@ -291,3 +291,29 @@ def test_the_plain_pull_step_is_the_pull_difference_per_shard_beyond_the_first_a
     assert disturbed_sizes(burst) == []
     with pytest.raises(ValueError, match="one size"):
         mean_point(points[0], points[3])
+
+
+def test_rays_cpu_step_per_shard_is_the_two_shard_run_less_the_one_shard_run_at_the_slice():
+    import dataclasses
+
+    from testbed.calibration.costs import ray_cpu_from_points, ray_cpu_shard_step_from_points
+    sizes = (4096, 2**19, 2**23)
+    # Ray's CPU per step: 1 ms + 0.1 ns a byte at one shard, 2.5 ms more at two past the inline
+    # limit, nothing more inline (4 KiB)
+    def ray(n, s):
+        return 10 * (1e-3 + 1e-10 * n + (2.5e-3 if s == 2 and n / 2 >= 100 * 1024 else 0.0))
+    points = [dataclasses.replace(_sweep_point(n, s, 10, 4e-3), ray_cpu_s=ray(n, s)) for n in sizes for s in (1, 2)]
+    step = ray_cpu_shard_step_from_points(points)
+    assert [b for b, _ in step.points] == [n / 2 for n in sizes]
+    assert [v for _, v in step.points] == pytest.approx([0.0, 2.5e-3, 2.5e-3])
+    # the one-shard curve is unchanged by the two-shard runs
+    assert [v for _, v in ray_cpu_from_points(points).points] == pytest.approx([1e-3 + 1e-10 * n for n in sizes])
+    # never below 0; plain-pull runs and runs that did not pull every step are not paired
+    cheaper = [dataclasses.replace(p, ray_cpu_s=p.ray_cpu_s / 10) if p.shards == 2 else p for p in points]
+    assert all(v == 0 for _, v in ray_cpu_shard_step_from_points(cheaper).points)
+    others = [dataclasses.replace(p, plain_pulls=True) if p.shards == 2 and p.gradient_bytes > 4096 else p
+              for p in points]
+    assert ray_cpu_shard_step_from_points(others) is None
+    # none from fewer than two pairs, nor where Ray's CPU was not measured
+    assert ray_cpu_shard_step_from_points(points[:2]) is None
+    assert ray_cpu_shard_step_from_points([dataclasses.replace(p, ray_cpu_s=0.0) for p in points]) is None

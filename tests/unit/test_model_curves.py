@@ -391,3 +391,28 @@ def test_a_busy_shards_dispatch_is_discounted_in_its_fixed_part_and_only_for_inl
     plain = profile(costs(1))
     spec = sim_spec(small, plain, step_terms(small, plain))
     assert spec.overhead_busy_s == pytest.approx(spec.overhead_s)
+
+
+def test_rays_cpu_grows_by_the_calibrated_step_for_each_shard_beyond_the_first():
+    from testbed.model.terms import ray_cpu_per_step
+    curve = SizeCurve(((4 * KIB, 1 * MS), (32 * MIB, 5 * MS)))
+    step = SizeCurve(((2 * KIB, 0.0), (32 * KIB, 0.1 * MS), (256 * KIB, 2 * MS), (4 * MIB, 3 * MS)))
+    with_step = profile(costs(1), costs(2), ray_cpu_per_step_s=curve, ray_cpu_shard_step_s=step)
+    without = profile(costs(1), costs(2), ray_cpu_per_step_s=curve)
+    one, four = config(servers=1), config(servers=4)
+    # one shard: the curve alone, with or without the step
+    assert ray_cpu_per_step(one, with_step) == pytest.approx(curve.at(4 * MIB))
+    assert ray_cpu_per_step(four, without) == pytest.approx(curve.at(4 * MIB))
+    # 4 MiB over 4 shards: 1 MiB slices through the object store, three steps at the slice
+    grown = ray_cpu_per_step(four, with_step) - ray_cpu_per_step(four, without)
+    assert grown == pytest.approx(3 * SizeCurve(((256 * KIB, 2 * MS), (4 * MIB, 3 * MS))).at(1 * MIB))
+    assert step_terms(four, with_step).ray_cpu_s == pytest.approx(ray_cpu_per_step(four, with_step))
+    # inline slices read the inline side of the step; a profile without Ray's curve: none at all
+    small = config(servers=2, gradient_bytes=64 * KIB)
+    assert ray_cpu_per_step(small, with_step) - ray_cpu_per_step(small, without) == pytest.approx(step.at(32 * KIB))
+    assert ray_cpu_per_step(four, profile(costs(1), ray_cpu_shard_step_s=step)) == 0.0
+    # the step rides the profile's round trip, and the profile's table names it
+    assert HardwareProfile.from_dict(json.loads(json.dumps(with_step.to_dict()))) == with_step
+    from testbed.report.profile_rows import profile_rows
+    assert dict(profile_rows(with_step))["Ray's own processes' CPU per worker step: what each shard beyond the first "
+                                         "adds, by slice"].startswith("2 KiB: 0")
