@@ -366,9 +366,10 @@ def test_the_workers_side_of_a_tick_takes_a_core():
     assert ends(64, 5 * MS) == pytest.approx([call] * 4)
 
 
-def _applies_done(gil: bool) -> list[float]:
-    """Two pushes to one shard, at 0 and 1 ms: a 2 ms dispatch on a core, then under the lock a
-    1 ms sleep (the emulated apply) and no CPU; when each push was done."""
+def _applies_done(gil: bool, busy_s: float | None = None, second_at: float = MS) -> list[float]:
+    """Two pushes to one shard, at 0 and ``second_at``: a 2 ms dispatch on a core (``busy_s`` for
+    a call that finds the shard serving another; None: 2 ms too), then under the lock a 1 ms
+    sleep (the emulated apply) and no CPU; when each push was done, in order."""
     import dataclasses
 
     from testbed.model.simactors import Node, Service, SimShard
@@ -376,31 +377,6 @@ def _applies_done(gil: bool) -> list[float]:
     cfg = config(workers=2)
     base = sim_spec(cfg, profile(), step_terms(cfg, profile()))  # 64 free cores
     spec = dataclasses.replace(base, overhead_s=2 * MS, apply_cpu_s=0.0, apply_sleep_s=MS, copy_s=0.0, gil=gil,
-                               overhead_busy_s=None)
-    env = simpy.Environment()
-    shard = SimShard(env, spec, 0, Node(env, spec), Tally(), Service(np.random.default_rng(0), False))
-    done: list[float] = []
-
-    def push(at: float, worker: int):
-        yield env.timeout(at)
-        done.append((yield from shard.push(worker, 0)))
-
-    env.process(push(0.0, 0))
-    env.process(push(MS, 1))
-    env.run()
-    return done
-
-
-def _dispatches_done(busy_s: float | None, second_at: float) -> list[float]:
-    """Two pushes to one shard, at 0 and ``second_at``: a 2 ms dispatch on a core (``busy_s`` for
-    a call that finds the shard serving another), then a 1 ms apply slept under the lock."""
-    import dataclasses
-
-    from testbed.model.simactors import Node, Service, SimShard
-    from testbed.model.simkit import Tally
-    cfg = config(workers=2)
-    base = sim_spec(cfg, profile(), step_terms(cfg, profile()))  # 64 free cores
-    spec = dataclasses.replace(base, overhead_s=2 * MS, apply_cpu_s=0.0, apply_sleep_s=MS, copy_s=0.0, gil=True,
                                overhead_busy_s=busy_s)
     env = simpy.Environment()
     shard = SimShard(env, spec, 0, Node(env, spec), Tally(), Service(np.random.default_rng(0), False))
@@ -420,11 +396,11 @@ def test_a_call_that_finds_the_shard_serving_another_is_dispatched_at_the_busy_c
     # The second push arrives at 1 ms, while the first is dispatched: its dispatch takes 0.5 ms
     # (2-2.5 ms, after the first's); the first's apply sleeps 2-3 ms and finds the interpreter
     # free again; the second then takes the lock and sleeps 3-4 ms.
-    assert _dispatches_done(0.5 * MS, MS) == pytest.approx([3 * MS, 4 * MS])
+    assert _applies_done(True, 0.5 * MS) == pytest.approx([3 * MS, 4 * MS])
     # Without the busy figure: the second's dispatch runs 2-4 ms, as before.
-    assert _dispatches_done(None, MS) == pytest.approx([4 * MS, 5 * MS])
+    assert _applies_done(True, None) == pytest.approx([4 * MS, 5 * MS])
     # A call that finds the shard idle (the first was done at 3 ms) pays the whole dispatch.
-    assert _dispatches_done(0.5 * MS, 3.5 * MS) == pytest.approx([3 * MS, 6.5 * MS])
+    assert _applies_done(True, 0.5 * MS, 3.5 * MS) == pytest.approx([3 * MS, 6.5 * MS])
 
 
 def test_a_shard_back_from_the_applys_sleep_waits_for_its_interpreter():
