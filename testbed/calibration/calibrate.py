@@ -84,8 +84,9 @@ Progress = Callable[[str], None]
 # 19: the I/O gate of a sequential init at 1, 4 and 16 workers (``_measure_gate``)
 # 20: a run per size whose pulls are calls of their own (``costs.plain_pull_step_from_points``)
 # 21: Ray's own CPU per step for each shard beyond the first (``costs.ray_cpu_shard_step_from_points``,
-# from the sweep's runs: no new run)
-CALIBRATION_VERSION = 21
+# from the sweep's runs: no new run); 22: that step from the raylet's own CPU (the agents' CPU a
+# second moved it by +-1.5 ms a step)
+CALIBRATION_VERSION = 22
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

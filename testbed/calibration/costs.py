@@ -61,6 +61,7 @@ class RunPoint:
     init_s: float = 0.0      # the driver's init span (nothing to read: the call alone)
     ray_cpu_s: float = 0.0   # Ray's own processes' CPU during training (raylet, GCS, agents)
     plain_pulls: bool = False  # an ``ssp`` run: every pull a call of its own (``plain_pull_step_from_points``)
+    raylet_cpu_s: float = 0.0  # the raylet's part of ``ray_cpu_s`` (the object store's owner; 0: not read)
 
 
 def _mean(durations: list[float]) -> float:
@@ -74,7 +75,8 @@ def _mean(durations: list[float]) -> float:
 
 
 def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[str, list],
-                   train_cpu_s: dict[str, float], ray_cpu_s: float = 0.0, plain_pulls: bool = False) -> RunPoint:
+                   train_cpu_s: dict[str, float], ray_cpu_s: float = 0.0, plain_pulls: bool = False,
+                   raylet_cpu_s: float = 0.0) -> RunPoint:
     """A ``RunPoint`` from a run's event columns and its actors' training CPU."""
     by: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for role, phase, step, dur in zip(columns["role"], columns["phase"], columns["step"], columns["duration_ns"]):
@@ -93,7 +95,7 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
     return RunPoint(gradient_bytes, shards, steps, pushes, pulls, push_s, pull_s,
                     _mean(events("server", "apply")), gap,
                     float(train_cpu_s.get("worker-0", 0.0)), float(np.mean(shard_cpu)) if shard_cpu else 0.0,
-                    float(np.median(init)) if init else 0.0, float(ray_cpu_s), plain_pulls)
+                    float(np.median(init)) if init else 0.0, float(ray_cpu_s), plain_pulls, float(raylet_cpu_s))
 
 
 def init_call_from_points(points: list[RunPoint]) -> float | None:
@@ -123,11 +125,23 @@ def ray_cpu_shard_step_from_points(points: list[RunPoint]) -> SizeCurve | None:
     CPU per step 3.25, 6.25, 9.75 ms at 1, 2, 4 shards for 512 KiB and 3.5, 6.25, 10.75 ms for
     8 MiB. On the held-out draws 2026120415-16 the configs with many workers on 2-4 shards at
     MiB slices measured Ray's CPU per step at 1.6-3.7 x the one-shard curve and came out 29-50 %
-    short on train."""
+    short on train.
+
+    The raylet's own CPU is compared where both runs read it: the other processes' (the agents,
+    the GCS) is CPU a second, not a step, and in runs of 28-48 steps it moved the difference by
+    +-1.5 ms a step (the same side-by-side runs: 1.25-2.25 ms a step beside the raylet's), enough
+    to read 0 at two sizes of six in a calibration of 17:00 on 2026-12-04."""
     by = {(p.gradient_bytes, p.shards): p for p in points
           if p.pulls >= p.steps and p.ray_cpu_s > 0 and p.steps > 0 and not p.plain_pulls}
-    rows = [(m / 2, max(0.0, two.ray_cpu_s / two.steps - one.ray_cpu_s / one.steps))
-            for (m, k), two in sorted(by.items()) if k == 2 and (one := by.get((m, 1))) is not None]
+
+    def cpu(p: RunPoint, raylet: bool) -> float:
+        return (p.raylet_cpu_s if raylet else p.ray_cpu_s) / p.steps
+    rows = []
+    for (m, k), two in sorted(by.items()):
+        one = by.get((m, 1))
+        if k == 2 and one is not None:
+            raylet = one.raylet_cpu_s > 0 and two.raylet_cpu_s > 0
+            rows.append((m / 2, max(0.0, cpu(two, raylet) - cpu(one, raylet))))
     return SizeCurve(tuple(rows)) if len(rows) >= 2 else None
 
 
@@ -303,7 +317,8 @@ def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int, reus
     cfg = expand(parse_spec(spec))[0]
     outcome = run_config(cfg, 0, "calibrate", reuse=reuse)
     return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
-                          sum(outcome.ray_background_cpu_s.values()), plain_pulls)
+                          sum(outcome.ray_background_cpu_s.values()), plain_pulls,
+                          outcome.ray_background_cpu_s.get("raylet", 0.0))
 
 
 def measure_call_costs(quick: bool, progress: Callable[[str], None],

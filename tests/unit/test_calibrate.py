@@ -314,6 +314,13 @@ def test_rays_cpu_step_per_shard_is_the_two_shard_run_less_the_one_shard_run_at_
     others = [dataclasses.replace(p, plain_pulls=True) if p.shards == 2 and p.gradient_bytes > 4096 else p
               for p in points]
     assert ray_cpu_shard_step_from_points(others) is None
+    # where both runs read the raylet's own CPU, the step is the raylet's (the agents' CPU a
+    # second left out); the raylet's figure of 0 is one not read
+    agents = [dataclasses.replace(p, ray_cpu_s=p.ray_cpu_s + (0.05 if p.shards == 1 else 0.0),
+                                  raylet_cpu_s=p.ray_cpu_s - 5e-3) for p in points]
+    assert [v for _, v in ray_cpu_shard_step_from_points(agents).points] == pytest.approx([0.0, 2.5e-3, 2.5e-3])
+    assert all(v == 0 for _, v in ray_cpu_shard_step_from_points(
+        [dataclasses.replace(p, raylet_cpu_s=0.0) for p in agents]).points)
     # none from fewer than two pairs, nor where Ray's CPU was not measured
     assert ray_cpu_shard_step_from_points(points[:2]) is None
     assert ray_cpu_shard_step_from_points([dataclasses.replace(p, ray_cpu_s=0.0) for p in points]) is None
