@@ -318,10 +318,9 @@ def _scalar_server_figures(costs: CallCosts, reference: ReferenceCurves) -> dict
     CPU per push beyond the apply at the smallest size, C from the copy curve."""
     (b0, a0), (b1, a1) = costs.apply_s.points[-2:]
     (c0, t0), (c1, t1) = reference.copy_s.points[-2:]
-    small = costs.shard_push_cpu_s.lo_bytes
     return {"server_apply_bytes_per_s": (b1 - b0) / (a1 - a0) if a1 > a0 else b1 / max(a1, 1e-9),
             "server_copy_bytes_per_s": (c1 - c0) / (t1 - t0) if t1 > t0 else c1 / max(t1, 1e-9),
-            "server_call_overhead_s": max(0.0, costs.shard_push_cpu_s.at(small) - costs.apply_s.at(small))}
+            "server_call_overhead_s": costs.dispatch_fixed_s()}
 
 
 def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:

@@ -177,6 +177,12 @@ class CallCosts:
         object.__setattr__(self, "shards", int(self.shards))
         _curves(self, tuple(CALL_COST_CURVES))
 
+    def dispatch_fixed_s(self) -> float:
+        """o, the fixed part of a shard's call: its CPU per push beyond the apply at the smallest
+        calibrated slice, where the bytes cost next to nothing."""
+        small = self.shard_push_cpu_s.lo_bytes
+        return max(0.0, self.shard_push_cpu_s.at(small) - self.apply_s.at(small))
+
     @staticmethod
     def read_bytes(name: str, gradient_bytes: float, shards: int) -> float:
         """The size a curve is read at: one shard's slice for a shard's figure, else the gradient."""

@@ -342,12 +342,10 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
     shards_cpu = s * (shard_push_cpu + shard_pull_cpu / k)
     emulated = float(getattr(config, "apply_seconds", 0.0)) / s
-    # The fixed part of a shard's dispatch of an inline slice: its CPU per push beyond the
-    # apply at the smallest calibrated slice, where the bytes cost next to nothing (the rest of
-    # a larger slice's dispatch grows with its bytes). A slice through the object store has
-    # fixed costs of its own (a put, a get), which no bare call measures: none is counted.
-    lo = costs.shard_push_cpu_s.lo_bytes
-    dispatch_fixed = 0.0 if above else max(0.0, costs.shard_push_cpu_s.at(lo) - costs.apply_s.at(lo))
+    # The fixed part of a shard's dispatch of an inline slice (the rest of a larger slice's
+    # dispatch grows with its bytes). A slice through the object store has fixed costs of its
+    # own (a put, a get), which no bare call measures: none is counted.
+    dispatch_fixed = 0.0 if above else costs.dispatch_fixed_s()
     return dict(push_transfer_s=push - s_push + extra_net, pull_transfer_s=pull - s_pull + extra_net,
                 push_service_s=s_push + emulated, apply_s=apply_cal + emulated, pull_service_s=s_pull,
                 worker_cpu_s=max(0.0, worker_cpu - gap), worker_extra_s=gap, server_cpu_s=shards_cpu,
