@@ -248,9 +248,8 @@ class SimShard:
             yield from self._reply()
             self.tally.add(PULL_SERVER, env.now - pushed)
         self.calls -= 1
-        if copy:
-            if self.links_shaped:
-                yield from self._link(self.link_out)  # the pulled slice leaves, outside the lock
+        if copy and self.links_shaped:
+            yield from self._link(self.link_out)  # the pulled slice leaves, outside the lock
         return pushed
 
     def pull(self) -> Iterator[simpy.Event]:
