@@ -115,6 +115,12 @@ class SimSpec:
     # CPU queued against paused), and the saving is in the call's fixed part, not its bytes.
     # None: the same as ``overhead_s`` (not modelled).
     overhead_busy_s: Optional[float] = None
+    # A pull's reply (with ``reply_outside``) takes the shard's interpreter before the calls
+    # waiting to be dispatched: the thread that made the copy returns from the method still
+    # holding the interpreter (letting the shard's lock go does not give it up), so it waits for
+    # the holder's turn at most, not for every call queued behind it (docs/model.md, "A pull's
+    # reply before the calls waiting to be dispatched"). False: in turn with them.
+    reply_first: bool = False
 
 
 class Node:
@@ -189,10 +195,11 @@ class SimShard:
 
     def _reply(self) -> Iterator[simpy.Event]:
         """A pull's reply, after the lock: Ray serialises the returned copy in the shard's
-        process, which holds its interpreter, so it takes its turn among the calls dispatched."""
+        process, which holds its interpreter, so it waits for the call holding it (with
+        ``reply_first``; else for its turn among the calls dispatched)."""
         spec = self.spec
         if spec.reply_outside and self.gil is not None and spec.reply_s > 0:
-            yield from self.gil.take()
+            yield from self.gil.take(front=spec.reply_first)
             yield self.node.cores.serve(spec.reply_s * self.service.factor())
             self.gil.release()
 

@@ -225,13 +225,17 @@ class Mutex:
         self.held = False
         self._waiting: deque[simpy.Event] = deque()
 
-    def take(self) -> Iterator[simpy.Event]:
-        """Take the lock (``yield from``): at once when it is free, else when it is handed on."""
+    def take(self, front: bool = False) -> Iterator[simpy.Event]:
+        """Take the lock (``yield from``): at once when it is free, else when it is handed on
+        (``front``: before everyone waiting)."""
         if not self.held:
             self.held = True
             return
         turn = self.env.event()
-        self._waiting.append(turn)
+        if front:
+            self._waiting.appendleft(turn)
+        else:
+            self._waiting.append(turn)
         yield turn
 
     def release(self) -> None:

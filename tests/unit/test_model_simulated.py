@@ -232,9 +232,9 @@ def test_the_mutex_is_handed_on_first_come_first_served():
     lock = Mutex(env)
     held = []
 
-    def proc(name, arrive, hold):
+    def proc(name, arrive, hold, front=False):
         yield env.timeout(arrive)
-        yield from lock.take()
+        yield from lock.take(front=front)
         held.append((name, env.now))
         yield env.timeout(hold)
         lock.release()
@@ -243,6 +243,13 @@ def test_the_mutex_is_handed_on_first_come_first_served():
         env.process(proc(name, arrive, 1.0))
     env.run()
     assert held == [("a", 0.0), ("b", 1.0), ("c", 2.0)]
+    # one taking it at the front goes before everyone waiting, not before the holder
+    held.clear()
+    t0 = env.now
+    for name, arrive, front in [("a", 0.0, False), ("b", 0.1, False), ("c", 0.2, True)]:
+        env.process(proc(name, arrive, 1.0, front))
+    env.run()
+    assert held == [("a", t0), ("c", t0 + 1.0), ("b", t0 + 2.0)]
     assert not lock.held
     # taken when free, it schedules no event of its own
     before = next(env._eid)
@@ -413,11 +420,13 @@ def test_a_shard_back_from_the_applys_sleep_waits_for_its_interpreter():
     assert _applies_done(gil=True) == pytest.approx([4 * MS, 5 * MS])
 
 
-def _reply_timeline(reply_outside: bool, busy_interpreter: bool = False) -> tuple[float, float]:
+def _reply_timeline(reply_outside: bool, busy_interpreter: bool = False, queued_call: bool = False,
+                    reply_first: bool = False) -> tuple[float, float]:
     """One shard: worker 0's push with its pull (push_pull) at 0, worker 1's push at 0.5 ms; no
     dispatch, a 1 ms apply on a core, a 2 ms copy of which 1.5 ms is the reply. Returns when
     worker 0's call and worker 1's push were done (optionally with something else holding the
-    shard's interpreter from 1.5 to 2.5 ms)."""
+    shard's interpreter from 1.5 to 2.5 ms; with ``queued_call``, it holds it from 1.0 ms and a
+    call's dispatch of 1 ms waits for it from 1.2 ms)."""
     import dataclasses
 
     from testbed.model.simactors import Node, Service, SimShard
@@ -425,7 +434,8 @@ def _reply_timeline(reply_outside: bool, busy_interpreter: bool = False) -> tupl
     cfg = config(workers=2)
     base = sim_spec(cfg, profile(), step_terms(cfg, profile()))  # 64 free cores
     spec = dataclasses.replace(base, overhead_s=0.0, apply_cpu_s=MS, apply_sleep_s=0.0, copy_s=2 * MS,
-                               reply_s=1.5 * MS, gil=True, reply_outside=reply_outside)
+                               reply_s=1.5 * MS, gil=True, reply_outside=reply_outside,
+                               reply_first=reply_first)
     env = simpy.Environment()
     shard = SimShard(env, spec, 0, Node(env, spec), Tally(), Service(np.random.default_rng(0), False))
     done = {}
@@ -435,16 +445,19 @@ def _reply_timeline(reply_outside: bool, busy_interpreter: bool = False) -> tupl
         yield from shard.push(worker, 0, copy=copy)
         done[worker] = env.now
 
-    def other_thread():
-        yield env.timeout(1.5 * MS)
+    def other_thread(at: float, hold: float):
+        yield env.timeout(at)
         yield from shard.gil.take()
-        yield env.timeout(MS)
+        yield env.timeout(hold)
         shard.gil.release()
 
     env.process(call(0.0, 0, True))
     env.process(call(0.5 * MS, 1, False))
     if busy_interpreter:
-        env.process(other_thread())
+        env.process(other_thread(1.5 * MS, MS))
+    if queued_call:
+        env.process(other_thread(1.0 * MS, 1.5 * MS))
+        env.process(other_thread(1.2 * MS, MS))
     env.run()
     return done[0], done[1]
 
@@ -458,6 +471,15 @@ def test_a_pulls_reply_leaves_the_lock_and_takes_the_interpreter():
     # The reply holds the shard's interpreter: behind another thread's turn (1.5-2.5 ms) it
     # runs 2.5-4 ms; the lock, not needed for it, is as free as before.
     assert _reply_timeline(True, busy_interpreter=True) == pytest.approx((4 * MS, 2.5 * MS))
+
+
+def test_a_pulls_reply_goes_before_the_calls_waiting_for_the_interpreter():
+    # The interpreter is held 1.0-2.5 ms; a call's dispatch waits for it from 1.2 ms, worker 0's
+    # reply from 1.5 ms. In turn: the dispatch runs 2.5-3.5 ms, the reply 3.5-5 ms.
+    assert _reply_timeline(True, queued_call=True) == pytest.approx((5 * MS, 2.5 * MS))
+    # First (the thread that made the copy returns holding the interpreter): the reply waits for
+    # the holder alone, 2.5-4 ms, and the dispatch runs after it.
+    assert _reply_timeline(True, queued_call=True, reply_first=True) == pytest.approx((4 * MS, 2.5 * MS))
 
 
 def test_many_ssp_workers_wait_for_the_clock_longer_than_one_call():
