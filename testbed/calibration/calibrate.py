@@ -41,6 +41,7 @@ import numpy as np
 
 from testbed.calibration.costs import (
     BEYOND_LARGE_BYTES,
+    BEYOND_LARGER_BYTES,
     SIZES_BYTES,
     init_call_from_points,
     measure_call_costs,
@@ -85,8 +86,9 @@ Progress = Callable[[str], None]
 # 20: a run per size whose pulls are calls of their own (``costs.plain_pull_step_from_points``)
 # 21: Ray's own CPU per step for each shard beyond the first (``costs.ray_cpu_shard_step_from_points``,
 # from the sweep's runs: no new run); 22: that step from the raylet's own CPU (the agents' CPU a
-# second moved it by +-1.5 ms a step)
-CALIBRATION_VERSION = 22
+# second moved it by +-1.5 ms a step); 23: the pair at 16 MiB too (``larger_calls_by_shards``:
+# the step past the inline limit grows with the slice)
+CALIBRATION_VERSION = 23
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -347,6 +349,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         costs, points = measure_call_costs(quick, progress, reuse)
         small_calls = measure_small_calls(costs, quick, progress, reuse)
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
+        larger_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGER_BYTES)
     setup, fanout, gate = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
                                          progress, fanout_counts=() if quick else (8,),
                                          gate_counts=(1, 2, 4) if quick else (1, 4, 16))
@@ -358,7 +361,9 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout, "init_gate_s_by_workers": gate,
         "call_costs": costs, "small_calls_by_shards": small_calls,
-        "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES, "init_call_s": init_call_from_points(points),
+        "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES,
+        "larger_calls_by_shards": larger_calls, "larger_calls_bytes": BEYOND_LARGER_BYTES,
+        "init_call_s": init_call_from_points(points),
         "ray_cpu_per_step_s": ray_cpu_from_points(points), "ray_cpu_shard_step_s": ray_cpu_shard_step_from_points(points),
         "push_return_s": push_return_from_points(points),
         "plain_pull_step_s": plain_pull_step_from_points(points),

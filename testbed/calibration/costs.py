@@ -32,6 +32,7 @@ __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_cal
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "ray_cpu_shard_step_from_points",
            "push_return_from_points", "STEP_PAUSE_S", "BEYOND_SHARDS",
            "small_calls_from_point", "paired_small_calls", "measure_small_calls", "BEYOND_LARGE_BYTES",
+           "BEYOND_LARGER_BYTES",
            "disturbed_sizes", "mean_point", "DISTURBED_RATIO", "plain_pull_step_from_points"]
 
 KIB, MIB = 2**10, 2**20
@@ -416,11 +417,17 @@ def paired_small_calls(beyond: RunPoint, near: RunPoint, one_shard: CallCosts, c
 # A gradient whose slices at BEYOND_SHARDS shards go through the object store (512 KiB each):
 # the second pair of runs beyond the curves' shard counts.
 BEYOND_LARGE_BYTES = 2 * MIB
+# And a third at 16 MiB (4 MiB slices): the step a shard more adds past the inline limit grows
+# with the slice (side by side on 2026-12-04: 2.8 ms a shard at 2 MiB, 3.5-4.1 at 16 MiB,
+# 3.6-4.3 at 32 MiB; held-out pushes of one worker to 4 shards at 16-29 MiB came out 19-45 %
+# short with the 2 MiB step alone).
+BEYOND_LARGER_BYTES = 16 * MIB
 
 
 def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool, progress: Callable[[str], None],
                         reuse: Any = None, size: int = SIZES_BYTES[0]) -> dict[int, dict[str, float]]:
-    """One run at BEYOND_SHARDS shards at ``size`` (the smallest, or ``BEYOND_LARGE_BYTES``), right
+    """One run at BEYOND_SHARDS shards at ``size`` (the smallest, ``BEYOND_LARGE_BYTES`` or
+    ``BEYOND_LARGER_BYTES``), right
     after one at the largest calibrated count (about 4 s): ``paired_small_calls``."""
     curves = max(costs, key=lambda c: c.shards)
     progress(f"per-call costs at {size // KIB} KiB with {curves.shards} and {BEYOND_SHARDS} shards")

@@ -162,6 +162,7 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
                     for n, v in figures.items()} for k, figures in by_shards.items()}
     small = beyond(profile.small_calls_by_shards, size)
     large = beyond(profile.large_calls_by_shards, float(profile.large_calls_bytes or size))
+    larger = beyond(profile.larger_calls_by_shards, float(profile.larger_calls_bytes or size))
     # A plain push's answer is a small call: the push figure's level at the smallest size.
     push_return = profile.push_return_s * ratio_at(ratios.get("push", []), size) \
         if profile.push_return_s is not None else None
@@ -171,7 +172,8 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
     if step is not None and "pull" in ratios:
         step = SizeCurve(tuple((b, v * ratio_at(ratios["pull"], 2 * b)) for b, v in step.points))
     return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
-                               large_calls_by_shards=large, push_return_s=push_return, plain_pull_step_s=step,
+                               large_calls_by_shards=large, larger_calls_by_shards=larger,
+                               push_return_s=push_return, plain_pull_step_s=step,
                                call_level=record if record is not None else {"ratios": ratios})
 
 

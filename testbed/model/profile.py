@@ -200,6 +200,11 @@ class HardwareProfile:
     # 17): the step read at the smallest size serves every size.
     large_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     large_calls_bytes: int = 0
+    # The same at ``larger_calls_bytes`` (16 MiB): the step past the inline limit grows with the
+    # slice, so the terms read it linearly in bytes from the large size on. Empty (profiles
+    # before calibration version 23): the large size's step serves every size past the limit.
+    larger_calls_by_shards: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    larger_calls_bytes: int = 0
     created: str = ""
     # The 1-minute load average when calibration began (its end says little: its own probes load
     # the machine): figures measured on a busy machine come out slow (a calibration started while
@@ -246,10 +251,11 @@ class HardwareProfile:
         object.__setattr__(self, "step_reads", coerce_step_reads(self.step_reads))
         object.__setattr__(self, "scheduler", coerce_scheduler(self.scheduler))
         object.__setattr__(self, "load_average", tuple(float(x) for x in self.load_average))
-        for name in ("small_calls_by_shards", "large_calls_by_shards"):
+        for name in ("small_calls_by_shards", "large_calls_by_shards", "larger_calls_by_shards"):
             object.__setattr__(self, name, {int(k): {str(n): float(v) for n, v in figures.items()}
                                             for k, figures in getattr(self, name).items()})
         object.__setattr__(self, "large_calls_bytes", int(self.large_calls_bytes))
+        object.__setattr__(self, "larger_calls_bytes", int(self.larger_calls_bytes))
         for name in ("ray_cpu_per_step_s", "ray_cpu_shard_step_s", "plain_pull_step_s"):
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, SizeCurve(**getattr(self, name)))

@@ -297,8 +297,16 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     slope = None
     if above and profile.large_calls_bytes > 0:
         # Slices through the object store: the step a shard more adds where they go that way
-        # (each slice's put and get is a fixed cost again), measured at the large size.
-        slope = measured_step(profile.large_calls_by_shards, float(profile.large_calls_bytes))
+        # (each slice's put and get is a fixed cost again), measured at the large size; from
+        # there on linear in bytes through the larger size's step (and along that line beyond
+        # it: the step grows with the slice; never below 0), the large size's step below it.
+        large = float(profile.large_calls_bytes)
+        slope = measured_step(profile.large_calls_by_shards, large)
+        larger = float(profile.larger_calls_bytes)
+        if slope is not None and larger > large and m > large:
+            far = measured_step(profile.larger_calls_by_shards, larger)
+            if far is not None:
+                slope = max(0.0, slope + (far - slope) * (m - large) / (larger - large))
     if slope is None:
         slope = measured_step(profile.small_calls_by_shards, small)
     if slope is None:

@@ -33,6 +33,7 @@ _LABELS = {
     "wake_s": "a woken read call's wait for a core, by processes wanting one per core (measured among spinners)",
     "small_calls_by_shards": "worker at the smallest size",
     "large_calls_by_shards": "worker at the large size",
+    "larger_calls_by_shards": "worker at the larger size",
     "load_average": "load average (1 min) as calibration began",
     "plain_pull_step_s": "an ssp pull (a call of its own): what each shard beyond the first adds, by slice",
     "ray_cpu_per_step_s": "Ray's own processes' CPU per worker step",
@@ -43,7 +44,8 @@ _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
                  "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
                  "init_gate_s_by_workers": "the I/O gate's turns for {key} workers in a sequential init (beyond the call)",
                  "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size",
-                 "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)"}
+                 "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)",
+                 "larger_calls_by_shards": "the worker's calls with {key} shards at the larger size (slices through the object store)"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
 _NOT_FIGURES = {"identity", "created", "schema_version"}
 

@@ -239,7 +239,7 @@ def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
 
 
 def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shards(validated, cache_dir):
-    from testbed.calibration.costs import BEYOND_LARGE_BYTES, BEYOND_SHARDS
+    from testbed.calibration.costs import BEYOND_LARGE_BYTES, BEYOND_LARGER_BYTES, BEYOND_SHARDS
     profile, _, _ = _quick(validated)
     # a plain push's answer: the median over the sizes of two real runs' difference, never below 0
     assert profile.push_return_s is not None and 0 <= profile.push_return_s < 0.05
@@ -249,6 +249,10 @@ def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shard
     assert set(small) == set(large) == {"worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s"}
     # 2 MiB in four slices through the object store costs more than 4 KiB in four inline ones
     assert large["worker_push_s"] > small["worker_push_s"] > 0
+    # and 16 MiB more than 2 MiB (a third real pair)
+    larger = profile.larger_calls_by_shards[BEYOND_SHARDS]
+    assert profile.larger_calls_bytes == BEYOND_LARGER_BYTES and set(larger) == set(large)
+    assert larger["worker_push_s"] > large["worker_push_s"]
 
 
 def test_calibration_measures_an_ssp_pull_at_two_shards_at_every_size(validated, cache_dir):

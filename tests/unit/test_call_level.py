@@ -61,6 +61,11 @@ def test_the_profile_is_scaled_at_every_shard_count_and_keeps_the_record():
     # the large pair is scaled at its own size: the push ratio at 8 MiB is 1 there
     big = dataclasses.replace(base, large_calls_by_shards={4: {"worker_push_s": 9e-3}}, large_calls_bytes=8 * MIB)
     assert apply_call_level(big, ratios, {"ratios": ratios}).large_calls_by_shards[4]["worker_push_s"] == pytest.approx(9e-3)
+    # and the larger pair at its own: halfway in log bytes between 4 KiB and 8 MiB, x1.5
+    bigger = dataclasses.replace(base, larger_calls_by_shards={4: {"worker_push_s": 9e-3}},
+                                 larger_calls_bytes=int(2 ** ((12 + 23) / 2)))
+    assert apply_call_level(bigger, ratios, {"ratios": ratios}).larger_calls_by_shards[4]["worker_push_s"] \
+        == pytest.approx(1.5 * 9e-3)
     # a plain push's answer is a small call: the push figure's level at the smallest size
     answered = apply_call_level(dataclasses.replace(base, push_return_s=0.5e-3), ratios, {"ratios": ratios})
     assert answered.push_return_s == pytest.approx(1e-3)

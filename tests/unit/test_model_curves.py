@@ -302,6 +302,40 @@ def test_slices_through_the_object_store_step_by_the_large_pair_inline_ones_by_t
     assert again.large_calls_by_shards == p.large_calls_by_shards and again.large_calls_bytes == large
 
 
+def test_the_step_past_the_inline_limit_grows_with_the_slice_through_the_larger_pair():
+    one, two = costs(1), costs(2)
+    large, larger = 2 * MIB, 16 * MIB
+    names = ("worker_push_s", "worker_pull_s", "worker_push_cpu_s", "worker_pull_cpu_s")
+
+    def pair(at: int, step_s: float) -> dict[str, float]:
+        figures = {n: getattr(two, n).at(at) for n in names}
+        figures["worker_push_s"] += 2 * step_s
+        return figures
+    p = dataclasses.replace(profile(one, two), large_calls_by_shards={4: pair(large, 2.0 * MS)}, large_calls_bytes=large,
+                            larger_calls_by_shards={4: pair(larger, 4.0 * MS)}, larger_calls_bytes=larger)
+    push = lambda m, s: (lambda t: t.push_transfer_s + t.push_service_s)(step_terms(config(servers=s, gradient_bytes=m), p))  # noqa: E731
+    # at the two sizes, their own steps; between them linear in bytes; beyond, along that line
+    assert push(large, 4) - push(large, 2) == pytest.approx(2 * 2.0 * MS)
+    assert push(larger, 4) - push(larger, 2) == pytest.approx(2 * 4.0 * MS)
+    assert push(9 * MIB, 4) - push(9 * MIB, 2) == pytest.approx(2 * 3.0 * MS)
+    assert push(30 * MIB, 4) - push(30 * MIB, 2) == pytest.approx(2 * 6.0 * MS)
+    # below the large size (1 MiB: 256 KiB slices, still through the object store), the large step
+    assert push(MIB, 4) - push(MIB, 2) == pytest.approx(2 * 2.0 * MS)
+    # a larger step measured below the large one slopes down, never below 0
+    q = dataclasses.replace(p, larger_calls_by_shards={4: pair(larger, 1.0 * MS)})
+    assert push(30 * MIB, 4) - push(30 * MIB, 2) > 0
+    assert (lambda t4, t2: (t4.push_transfer_s + t4.push_service_s) - (t2.push_transfer_s + t2.push_service_s))(
+        step_terms(config(servers=4, gradient_bytes=64 * MIB), q),
+        step_terms(config(servers=2, gradient_bytes=64 * MIB), q)) == pytest.approx(0.0, abs=1e-12)
+    # without it (profiles before version 23) the large step serves every size past the limit
+    r = dataclasses.replace(p, larger_calls_by_shards={}, larger_calls_bytes=0)
+    t30 = (step_terms(config(servers=4, gradient_bytes=30 * MIB), r), step_terms(config(servers=2, gradient_bytes=30 * MIB), r))
+    assert (t30[0].push_transfer_s + t30[0].push_service_s) - (t30[1].push_transfer_s + t30[1].push_service_s) \
+        == pytest.approx(2 * 2.0 * MS)
+    again = HardwareProfile.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again.larger_calls_by_shards == p.larger_calls_by_shards and again.larger_calls_bytes == larger
+
+
 def test_bytes_through_the_object_store_read_the_curve_past_the_inline_limit():
     from testbed.model.curves import INLINE_LIMIT_BYTES, at_side
     # a step of 1 ms at the inline limit: 0.5 ms inline, 1.5 ms + 1 ns a byte past it
