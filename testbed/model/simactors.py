@@ -115,12 +115,12 @@ class SimSpec:
     # CPU queued against paused), and the saving is in the call's fixed part, not its bytes.
     # None: the same as ``overhead_s`` (not modelled).
     overhead_busy_s: Optional[float] = None
-    # A pull's reply (with ``reply_outside``) takes the shard's interpreter before the calls
-    # waiting to be dispatched: the thread that made the copy returns from the method still
-    # holding the interpreter (letting the shard's lock go does not give it up), so it waits for
-    # the holder's turn at most, not for every call queued behind it (docs/model.md, "A pull's
-    # reply before the calls waiting to be dispatched"). False: in turn with them.
-    reply_first: bool = False
+    # How the shard's interpreter (``gil``) is handed on among the threads waiting for it:
+    # "fifo", first come first served; "random", to one drawn at random (seeded by the config's
+    # seed and the shard): CPython wakes one of the waiting threads, the OS's choice, and a
+    # returning call's reply does not wait for every dispatch queued before it (docs/model.md,
+    # "A shard's interpreter, handed on at random").
+    gil_handoff: str = "fifo"
 
 
 class Node:
@@ -153,7 +153,8 @@ class SimShard:
                  service: Service) -> None:
         self.env, self.spec, self.shard, self.node, self.tally, self.service = env, spec, shard, node, tally, service
         self.lock = Mutex(env)
-        self.gil = Mutex(env) if spec.gil else None
+        self.gil = Mutex(env, np.random.default_rng([spec.seed, 13, shard]) if spec.gil_handoff == "random" else None) \
+            if spec.gil else None
         self.version = 0
         self.calls = 0                         # calls in the shard's process now
         self.busy_s = 0.0                      # time the lock was held
@@ -195,11 +196,11 @@ class SimShard:
 
     def _reply(self) -> Iterator[simpy.Event]:
         """A pull's reply, after the lock: Ray serialises the returned copy in the shard's
-        process, which holds its interpreter, so it waits for the call holding it (with
-        ``reply_first``; else for its turn among the calls dispatched)."""
+        process, which holds its interpreter, so it takes its turn among the threads waiting
+        for it (``gil_handoff``)."""
         spec = self.spec
         if spec.reply_outside and self.gil is not None and spec.reply_s > 0:
-            yield from self.gil.take(front=spec.reply_first)
+            yield from self.gil.take()
             yield self.node.cores.serve(spec.reply_s * self.service.factor())
             self.gil.release()
 

@@ -125,7 +125,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu) + t.ray_cpu_s,
         clock_cpu_s=profile.actor_call_cpu_s or 0.0, clock_cpu_busy_s=profile.actor_call_cpu_busy_s or 0.0,
         tick_cpu_s=profile.actor_caller_cpu_s or 0.0,
-        gil=True, reply_outside=True, reply_first=True,
+        gil=True, reply_outside=True, gil_handoff="random",
         cores=t.cores, call_s=profile.actor_call_latency_s, restart_s=float(restart or 0.0), seed=int(config.seed),
         stragglers=tuple((w, f, min(steps - 1, round(k0 * scale))) for w, f, k0 in stragglers(config)),
         kill_steps=tuple((int(f.worker), max(1, round(f.step * scale))) for f in _faults(config, "kill_worker")),

@@ -210,7 +210,8 @@ def _fire_now(event: simpy.Event) -> None:
 
 class Mutex:
     """A lock one process holds at a time, handed on first come first served (a shard's lock,
-    its interpreter, the step clock's one thread).
+    the step clock's one thread), or to a waiter drawn at random (a shard's interpreter: which
+    waiting thread CPython's GIL goes to is the OS's choice, not an order).
 
     ``simpy.Resource(1)`` does the same with two events per hold (the request's and the
     release's) and its queue machinery; here taking a free lock yields nothing and handing
@@ -218,32 +219,39 @@ class Mutex:
     twice a step per worker: docs/model.md gives the figures.
     """
 
-    __slots__ = ("env", "held", "_waiting")
+    __slots__ = ("env", "held", "_waiting", "rng", "_draws")
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, rng: Optional[np.random.Generator] = None) -> None:
         self.env = env
+        self.rng = rng                  # None: first come first served; else each hand-on drawn
+        self._draws: list[float] = []
         self.held = False
         self._waiting: deque[simpy.Event] = deque()
 
-    def take(self, front: bool = False) -> Iterator[simpy.Event]:
-        """Take the lock (``yield from``): at once when it is free, else when it is handed on
-        (``front``: before everyone waiting)."""
+    def take(self) -> Iterator[simpy.Event]:
+        """Take the lock (``yield from``): at once when it is free, else when it is handed on."""
         if not self.held:
             self.held = True
             return
         turn = self.env.event()
-        if front:
-            self._waiting.appendleft(turn)
-        else:
-            self._waiting.append(turn)
+        self._waiting.append(turn)
         yield turn
 
     def release(self) -> None:
-        """Let it go: to the first waiting, who holds it from now, or free."""
-        if self._waiting:
-            self._waiting.popleft().succeed()
-        else:
+        """Let it go: to the first waiting (or, with ``rng``, to one drawn at random among them),
+        who holds it from now; or free."""
+        waiting = self._waiting
+        if not waiting:
             self.held = False
+        elif self.rng is None or len(waiting) == 1:
+            waiting.popleft().succeed()
+        else:
+            if not self._draws:
+                self._draws = self.rng.random(1024).tolist()
+            i = int(self._draws.pop() * len(waiting))
+            turn = waiting[i]
+            del waiting[i]
+            turn.succeed()
 
 
 class Tally:
