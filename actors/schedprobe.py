@@ -37,11 +37,28 @@ def _sample(spin_s: float, reads: int, block_s: float) -> tuple[float, float]:
     return max(0.0, overshoot), max(0.0, wake)
 
 
+# A sleep as long as a typical emulated apply's (``apply_seconds / S``), timed at rest.
+SLEEP_S = 0.004
+
+
+def sleep_overshoot_s(samples: int, sleep_s: float = SLEEP_S) -> float:
+    """The mean of how much longer ``time.sleep(sleep_s)`` took than asked, on an idle node."""
+    clock = time.perf_counter
+    late = []
+    for _ in range(samples):
+        t0 = clock()
+        time.sleep(sleep_s)
+        late.append(clock() - t0 - sleep_s)
+    return max(0.0, statistics.fmean(late)) if late else 0.0
+
+
 def scheduler_samples(loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02, reads: int = 8,
-                      block_s: float = 2e-4, settle_s: float = 0.1) -> dict[str, list[list[float]]]:
+                      block_s: float = 2e-4, settle_s: float = 0.1) -> dict:
     """For each load (CPU-bound processes besides this one, per core; ascending), the mean
     overshoot of a ``spin_s`` busy-wait and the mean wake per blocking call, both as the
-    excess over the unloaded figures: ``{"spin_overshoot_s": [[load, s], ...], "wake_s": ...}``."""
+    excess over the unloaded figures: ``{"spin_overshoot_s": [[load, s], ...], "wake_s": ...}``;
+    and, before any load, how late a ``SLEEP_S`` sleep ends (``"sleep_overshoot_s"``: seconds)."""
+    rest_sleep = sleep_overshoot_s(2 * samples)
     spinners: list[subprocess.Popen] = []
     raw: list[tuple[float, float, float]] = []
     try:
@@ -59,15 +76,15 @@ def scheduler_samples(loads: Sequence[float], cores: int, samples: int, spin_s: 
         for p in spinners:
             p.wait()
     if not raw:
-        return {"spin_overshoot_s": [], "wake_s": []}
+        return {"spin_overshoot_s": [], "wake_s": [], "sleep_overshoot_s": rest_sleep}
     # The excess over no load: measured at load 0 when it is in ``loads``, else none is taken off.
     rest_o, rest_w = (raw[0][1], raw[0][2]) if raw[0][0] == 0 else (0.0, 0.0)
     return {"spin_overshoot_s": [[x, max(0.0, o - rest_o)] for x, o, _ in raw],
-            "wake_s": [[x, max(0.0, w - rest_w)] for x, _, w in raw]}
+            "wake_s": [[x, max(0.0, w - rest_w)] for x, _, w in raw], "sleep_overshoot_s": rest_sleep}
 
 
 class SchedulerProbe:
     """An actor that runs ``scheduler_samples`` on its node."""
 
-    def samples(self, loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02) -> dict:
+    def samples(self, loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02) -> dict:  # noqa: D102
         return scheduler_samples(loads, cores, samples, spin_s)

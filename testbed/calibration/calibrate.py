@@ -87,8 +87,9 @@ Progress = Callable[[str], None]
 # 21: Ray's own CPU per step for each shard beyond the first (``costs.ray_cpu_shard_step_from_points``,
 # from the sweep's runs: no new run); 22: that step from the raylet's own CPU (the agents' CPU a
 # second moved it by +-1.5 ms a step); 23: the pair at 16 MiB too (``larger_calls_by_shards``:
-# the step past the inline limit grows with the slice)
-CALIBRATION_VERSION = 23
+# the step past the inline limit grows with the slice); 24: how late a 4 ms sleep ends at rest
+# (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late)
+CALIBRATION_VERSION = 24
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

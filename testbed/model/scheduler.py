@@ -75,16 +75,22 @@ def _points(name: str, raw: Any) -> Points:
 class SchedulerCosts:
     """Per load (CPU-bound processes besides this one, per core): how late a busy-wait ends
     (``spin_overshoot_s``) and how long a process woken from a blocking read waits for a core
-    (``wake_s``, per read call)."""
+    (``wake_s``, per read call); and how late a short sleep ends on the idle node
+    (``sleep_overshoot_s``: an emulated apply's sleep under the shard's lock ends that late)."""
     spin_overshoot_s: Points = ()
     wake_s: Points = ()
     cores: int = 1                   # cores of the node measured
     spin_s: float = 0.02             # the busy-wait the overshoot was measured on
     samples: int = 0                 # samples per load
+    sleep_overshoot_s: float = 0.0   # 0: not measured (before calibration version 24)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin_overshoot_s", _points("spin_overshoot_s", self.spin_overshoot_s))
         object.__setattr__(self, "wake_s", _points("wake_s", self.wake_s))
+        late = float(self.sleep_overshoot_s)
+        if not (late >= 0 and late < float("inf")):
+            raise ValueError(f"scheduler: sleep_overshoot_s must be finite and >= 0, got {self.sleep_overshoot_s}")
+        object.__setattr__(self, "sleep_overshoot_s", late)
 
 
 def coerce_scheduler(value: Optional[Any]) -> Optional[SchedulerCosts]:

@@ -42,6 +42,7 @@ from testbed.model.simulation import SimResult, simulate, simulate_init
 from testbed.model.stragglers import stragglers
 from testbed.model.terms import (
     StepTerms,
+    emulated_apply_s,
     init_call_s,
     init_gate_s,
     init_read_bytes,
@@ -82,7 +83,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     per_step = t.transfer_s
     cpu_share = min(1.0, worker_cpu / per_step) if per_step > 0 else 0.0
     overhead = max(0.0, t.push_service_s - t.apply_s)
-    apply_sleep = min(t.apply_s, float(getattr(config, "apply_seconds", 0.0)) / s)
+    apply_sleep = min(t.apply_s, emulated_apply_s(config, profile))
     apply_cpu = t.apply_s - apply_sleep
     # A pull's copy under the lock. The scalar terms' s_pull is a call of its own: dispatch plus
     # copy. Calibrated curves measure a due pull as it runs: under async and sync it travels

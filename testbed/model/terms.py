@@ -39,7 +39,7 @@ from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setu
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_gate_s", "init_seconds",
     "worker_processes", "steps_per_worker", "extrapolated",
-    "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction",
+    "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction", "emulated_apply_s",
 ]
 
 
@@ -349,7 +349,7 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
                   + _worker_side(profile, costs, "worker_pull_cpu_s", m, s) / k)
     # The untimed rest of the step is the worker's own CPU work: counted once, as extra work.
     shards_cpu = s * (shard_push_cpu + shard_pull_cpu / k)
-    emulated = float(getattr(config, "apply_seconds", 0.0)) / s
+    emulated = emulated_apply_s(config, profile)
     # The fixed part of a shard's dispatch of an inline slice (the rest of a larger slice's
     # dispatch grows with its bytes). A slice through the object store has fixed costs of its
     # own (a put, a get), which no bare call measures: none is counted.
@@ -360,6 +360,17 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
                 dispatch_fixed_s=dispatch_fixed)
 
 
+def emulated_apply_s(config: Any, profile: HardwareProfile) -> float:
+    """The emulated part of one shard's apply: ``apply_seconds / S`` slept under its lock, and
+    the sleep ends late by the calibrated overshoot of a sleep at rest (0 without the figure;
+    docs/model.md, "An emulated apply's sleep ends late")."""
+    asked = float(getattr(config, "apply_seconds", 0.0)) / config.servers
+    if asked <= 0:
+        return 0.0
+    late = profile.scheduler.sleep_overshoot_s if profile.scheduler is not None else 0.0
+    return asked + late
+
+
 def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:
     """The per-call terms from schema 1's scalar figures (a profile without curves)."""
     m, s = config.gradient_bytes, config.servers
@@ -367,7 +378,7 @@ def _scalar_terms(config: Any, profile: HardwareProfile) -> dict[str, Any]:
     transfer = transfer_seconds(m, s, profile, bandwidth)
     # The emulated part of an update (``apply_seconds``, slept under the shard's lock) is
     # split over the shards like the gradient.
-    apply_s = (m / s) / profile.server_apply_bytes_per_s + float(getattr(config, "apply_seconds", 0.0)) / s
+    apply_s = (m / s) / profile.server_apply_bytes_per_s + emulated_apply_s(config, profile)
     fill_rate = profile.gradient_fill_bytes_per_s
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     return dict(push_transfer_s=transfer, pull_transfer_s=transfer,

@@ -236,6 +236,8 @@ def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing
     # 8 spinning processes per core beside it: a 20 ms spin ends measurably late
     assert load_curve_at(sched.spin_overshoot_s, QUICK_LOADS[-1]) > 1e-4
+    # a 4 ms sleep on the idle node ends late, by less than a scheduler quantum
+    assert 0 < sched.sleep_overshoot_s < 0.004
 
 
 def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shards(validated, cache_dir):

@@ -50,12 +50,31 @@ def test_scheduler_costs_check_their_points_and_survive_a_profile_round_trip():
         SchedulerCosts(spin_overshoot_s=((-1, 0.0),))
     with pytest.raises(ValueError, match="appears twice"):
         SchedulerCosts(wake_s=((1, 0.0), (1, 0.1)))
-    costs = SchedulerCosts(spin_overshoot_s=CURVE, wake_s=((0, 0.0), (4, 0.003)), cores=2, samples=20)
+    with pytest.raises(ValueError, match="sleep_overshoot_s"):
+        SchedulerCosts(sleep_overshoot_s=-1e-4)
+    costs = SchedulerCosts(spin_overshoot_s=CURVE, wake_s=((0, 0.0), (4, 0.003)), cores=2, samples=20,
+                           sleep_overshoot_s=1.5e-4)
     prof = dataclasses.replace(profile(), scheduler=costs)
     again = HardwareProfile.from_dict(json.loads(json.dumps(prof.to_dict())))
     assert again.scheduler == costs
     assert coerce_scheduler(None) is None
     assert HardwareProfile.from_dict({k: v for k, v in prof.to_dict().items() if k != "scheduler"}).scheduler is None
+
+
+def test_an_emulated_applys_sleep_ends_late_by_the_calibrated_overshoot():
+    from testbed.model.terms import emulated_apply_s
+    late = dataclasses.replace(profile(), scheduler=SchedulerCosts(cores=2, sleep_overshoot_s=0.15e-3))
+    cfg = config(workers=2, servers=2, apply_seconds=0.008)
+    # each shard sleeps apply_seconds / S, and that sleep ends 0.15 ms late
+    assert emulated_apply_s(cfg, late) == pytest.approx(0.004 + 0.15e-3)
+    assert emulated_apply_s(cfg, profile()) == pytest.approx(0.004)  # without the figure: as asked
+    assert emulated_apply_s(config(workers=2, servers=2), late) == 0.0  # no emulated apply: no sleep
+    # the terms and the simulation hold it under the lock: one worker's push is that much longer
+    alone = config(workers=1, servers=2, apply_seconds=0.008)
+    t_late, t_plain = step_terms(alone, late), step_terms(alone, profile())
+    assert t_late.apply_s - t_plain.apply_s == pytest.approx(0.15e-3)
+    assert sim_spec(alone, late, t_late).apply_sleep_s == pytest.approx(0.004 + 0.15e-3)
+    assert _run(alone, late).phases["apply"] - _run(alone, profile()).phases["apply"] == pytest.approx(0.15e-3, rel=1e-6)
 
 
 def test_read_calls_follow_the_reader():
