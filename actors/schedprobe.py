@@ -86,5 +86,5 @@ def scheduler_samples(loads: Sequence[float], cores: int, samples: int, spin_s: 
 class SchedulerProbe:
     """An actor that runs ``scheduler_samples`` on its node."""
 
-    def samples(self, loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02) -> dict:  # noqa: D102
+    def samples(self, loads: Sequence[float], cores: int, samples: int, spin_s: float = 0.02) -> dict:
         return scheduler_samples(loads, cores, samples, spin_s)

@@ -22,6 +22,8 @@ def test_the_probe_measures_each_load_and_leaves_no_spinner_behind():
     assert got["spin_overshoot_s"][0][1] == 0.0 and got["wake_s"][0][1] == 0.0  # excess over no load
     # four spinning processes per core: the probe's 20 ms spin is not always running at its deadline
     assert got["spin_overshoot_s"][1][1] > 1e-4
-    assert all(0 <= v < 1 for curve in got.values() for _, v in curve)
+    assert all(0 <= v < 1 for name in ("spin_overshoot_s", "wake_s") for _, v in got[name])
+    # and, before any load, how late a 4 ms sleep ends: late, by less than the sleep itself
+    assert 0 < got["sleep_overshoot_s"] < 0.004
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, f"spinners left running: {left}"
