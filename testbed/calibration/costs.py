@@ -427,8 +427,8 @@ BEYOND_LARGER_BYTES = 16 * MIB
 def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool, progress: Callable[[str], None],
                         reuse: Any = None, size: int = SIZES_BYTES[0]) -> dict[int, dict[str, float]]:
     """One run at BEYOND_SHARDS shards at ``size`` (the smallest, ``BEYOND_LARGE_BYTES`` or
-    ``BEYOND_LARGER_BYTES``), right
-    after one at the largest calibrated count (about 4 s): ``paired_small_calls``."""
+    ``BEYOND_LARGER_BYTES``), right after one at the largest calibrated count (about 4 s):
+    ``paired_small_calls``."""
     curves = max(costs, key=lambda c: c.shards)
     progress(f"per-call costs at {size // KIB} KiB with {curves.shards} and {BEYOND_SHARDS} shards")
     near = run_point(size, curves.shards, 1, _steps(size, quick), reuse)
