@@ -88,8 +88,9 @@ Progress = Callable[[str], None]
 # from the sweep's runs: no new run); 22: that step from the raylet's own CPU (the agents' CPU a
 # second moved it by +-1.5 ms a step); 23: the pair at 16 MiB too (``larger_calls_by_shards``:
 # the step past the inline limit grows with the slice); 24: how late a 4 ms sleep ends at rest
-# (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late)
-CALIBRATION_VERSION = 24
+# (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late); 25: the first
+# wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time)
+CALIBRATION_VERSION = 25
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

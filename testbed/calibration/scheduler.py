@@ -32,5 +32,6 @@ def measure_scheduler(cores: int, *, quick: bool = False,
     finally:
         ray.kill(probe)
     return SchedulerCosts(spin_overshoot_s=monotone(raw["spin_overshoot_s"]), wake_s=monotone(raw["wake_s"]),
+                          wake_first_s=monotone(raw.get("wake_first_s", ())),
                           cores=cores, spin_s=SPIN_S, samples=QUICK_SAMPLES if quick else SAMPLES,
                           sleep_overshoot_s=float(raw.get("sleep_overshoot_s", 0.0)))

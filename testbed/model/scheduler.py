@@ -12,16 +12,21 @@ cannot show, both measured on the 2-core machine of docs/model.md with k process
 - a process that blocks on I/O and is woken waits for a core each time: 8 reads of 4 KiB
   waited ~0.1 ms each alone and with 2-4 spinners, ~1.5 ms with 8, 2.5-3.8 ms with 12-32
   (a random step read is minibatch such reads, so 20-30 ms where the disk alone says 1 ms).
+  The first read after the process held a core waits longest: it has used its share and
+  queues behind the spinners, while the next ones, after a sleep, are woken ahead of them
+  (with 2-8 spinners: 0.8-2.8 ms for the first, 0.1-0.7 ms for each next one; from 16 on
+  the two meet at the tick, ~3.6 ms).
 
 ``SchedulerCosts`` holds both as curves over the *load*: CPU-bound processes besides the one
 measured, per core. Calibration measures them (``testbed.calibration.scheduler``); each curve
 is made non-decreasing (``monotone``: more load never shortens a wait; the points are means
 of a few noisy samples) and read linearly between its points, flat beyond the last. The
 simulated family reads them at the load it simulates at that moment (``simulation.py``): the
-spin's overshoot at the spinners per core, a read's wake at every process wanting a core per
-core (bursts of RPC work too: a woken reader waits behind whatever holds the cores), the
-processes' background CPU left out: it comes in slivers (Ray's threads, event records) that
-never hold a core for a quantum (docs/model.md, "A tenth").
+spin's overshoot at the spinners per core, each read call's wake (the first after a compute
+that held a core: its own curve) at every process wanting a core per core (bursts of RPC work
+too: a woken reader waits behind whatever holds the cores), the processes' background CPU left
+out: it comes in slivers (Ray's threads, event records) that never hold a core for a quantum
+(docs/model.md, "A tenth").
 
 Pure: the standard library.
 """
@@ -75,10 +80,13 @@ def _points(name: str, raw: Any) -> Points:
 class SchedulerCosts:
     """Per load (CPU-bound processes besides this one, per core): how late a busy-wait ends
     (``spin_overshoot_s``) and how long a process woken from a blocking read waits for a core
-    (``wake_s``, per read call); and how late a short sleep ends on the idle node
-    (``sleep_overshoot_s``: an emulated apply's sleep under the shard's lock ends that late)."""
+    (``wake_s``: per read call, the mean over a burst of 8 calls after a spin; ``wake_first_s``:
+    the first call of the burst alone); and how late a short sleep ends on the idle node
+    (``sleep_overshoot_s``: an emulated apply's sleep under the shard's lock ends that late).
+    ``wake_first_s`` is empty before calibration version 25: every call then waits ``wake_s``."""
     spin_overshoot_s: Points = ()
     wake_s: Points = ()
+    wake_first_s: Points = ()
     cores: int = 1                   # cores of the node measured
     spin_s: float = 0.02             # the busy-wait the overshoot was measured on
     samples: int = 0                 # samples per load
@@ -87,6 +95,7 @@ class SchedulerCosts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin_overshoot_s", _points("spin_overshoot_s", self.spin_overshoot_s))
         object.__setattr__(self, "wake_s", _points("wake_s", self.wake_s))
+        object.__setattr__(self, "wake_first_s", _points("wake_first_s", self.wake_first_s))
         late = float(self.sleep_overshoot_s)
         if not (late >= 0 and late < float("inf")):
             raise ValueError(f"scheduler: sleep_overshoot_s must be finite and >= 0, got {self.sleep_overshoot_s}")

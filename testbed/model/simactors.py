@@ -78,10 +78,12 @@ class SimSpec:
     link_latency_s: float = 0.0     # L: charged at the shard's end of every transfer, after its bytes
     # The scheduler under load (testbed.model.scheduler), as (load, seconds) points over CPU-bound
     # processes per core; empty: not modelled. A spin ends late by the overshoot at the load when
-    # it starts (spinners per core); a step read's each of ``read_ops`` blocking calls waits the wake
-    # at the load then (every process present at the cores, bursts too, per core).
+    # it starts (spinners per core); a step read's each of ``read_ops`` blocking calls, after its
+    # share of the disk, waits the wake at the load then (every process present at the cores,
+    # bursts too, per core): the first call ``wake_first`` (empty: ``wake``), the others ``wake``.
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
+    wake_first: tuple[tuple[float, float], ...] = ()  # the first call's; empty: every call waits ``wake``
     read_ops: int = 1
     # A pull's reply: the parameters carried out (serialised, or put into the object store, once
     # per call), the copy's CPU less the memory copy. A sync pull that shares the round's

@@ -230,7 +230,7 @@ def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
     profile, _, _ = _quick(validated)
     sched = profile.scheduler
     assert sched is not None and sched.cores == profile.cores_per_node
-    for curve in (sched.spin_overshoot_s, sched.wake_s):
+    for curve in (sched.spin_overshoot_s, sched.wake_s, sched.wake_first_s):
         assert [x for x, _ in curve] == [float(x) for x in QUICK_LOADS]
         values = [v for _, v in curve]
         assert values[0] == 0.0 and values == sorted(values)  # the excess over no load, made non-decreasing

@@ -50,15 +50,20 @@ def test_scheduler_costs_check_their_points_and_survive_a_profile_round_trip():
         SchedulerCosts(spin_overshoot_s=((-1, 0.0),))
     with pytest.raises(ValueError, match="appears twice"):
         SchedulerCosts(wake_s=((1, 0.0), (1, 0.1)))
+    with pytest.raises(ValueError, match="wake_first_s"):
+        SchedulerCosts(wake_first_s=((1, -0.1),))
     with pytest.raises(ValueError, match="sleep_overshoot_s"):
         SchedulerCosts(sleep_overshoot_s=-1e-4)
     costs = SchedulerCosts(spin_overshoot_s=CURVE, wake_s=((0, 0.0), (4, 0.003)), cores=2, samples=20,
-                           sleep_overshoot_s=1.5e-4)
+                           sleep_overshoot_s=1.5e-4, wake_first_s=((0, 0.0), (4, 0.004)))
     prof = dataclasses.replace(profile(), scheduler=costs)
     again = HardwareProfile.from_dict(json.loads(json.dumps(prof.to_dict())))
     assert again.scheduler == costs
     assert coerce_scheduler(None) is None
     assert HardwareProfile.from_dict({k: v for k, v in prof.to_dict().items() if k != "scheduler"}).scheduler is None
+    # a profile from before version 25: no first wake, every call waits wake_s
+    older = {k: v for k, v in costs.__dict__.items() if k != "wake_first_s"}
+    assert HardwareProfile.from_dict({**prof.to_dict(), "scheduler": older}).scheduler.wake_first_s == ()
 
 
 def test_an_emulated_applys_sleep_ends_late_by_the_calibrated_overshoot():
@@ -156,5 +161,80 @@ def test_a_read_does_not_wait_behind_background_cpu():
     # 8 x 5 ms of background a step on two cores is present most of the time: counted as load,
     # each of the 8 calls would wait ~1-2 ms more (the read near 8 ms); it is not counted
     assert busy.phases["read"] < 1.2 * alone.phases["read"]
-    # the background still takes its share of the cores: the pushes' bursts stretch
-    assert busy.phases["push"] > 1.1 * alone.phases["push"]
+    # the background still takes its share of the cores: the pushes' bursts stretch (compared
+    # without the wakes, which move when the workers meet and so the pushes' queues either way)
+    calm, crowded = (simulate(dataclasses.replace(spec, background_s=bg, wake=())) for bg in (0.0, 5 * MS))
+    assert crowded.phases["push"] > 1.1 * calm.phases["push"]
+
+
+def _read_only(spec, **changes):
+    # a worker that only reads: no compute, no transfer, every step's read alone on the disk
+    return simulate(dataclasses.replace(spec, **changes)).phases["read"]
+
+
+def test_the_first_read_call_waits_its_own_wake_and_the_next_ones_wait_the_other():
+    data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
+            "data": {"step_reads": "random"}}
+    fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)
+    cfg = config(workers=1, compute={"mode": "spin", "seconds": 0.02}, **data)
+    prof = profile(cores_per_node=2, disk=fast)
+    spec = sim_spec(cfg, prof, step_terms(cfg, prof))
+    assert spec.read_ops == 8
+    bare = _read_only(spec)
+    flat = ((0.0, 0.001),)  # the same wait at every load: the count of calls is what is tested
+    every = _read_only(spec, wake=flat)
+    assert every == pytest.approx(bare + 8 * 0.001, rel=1e-6)
+    split = _read_only(spec, wake=flat, wake_first=((0.0, 0.005),))
+    assert split == pytest.approx(bare + 0.005 + 7 * 0.001, rel=1e-6)
+    # a sequential read of the minibatch is one call: the first wake alone
+    seq = config(workers=1, compute={"mode": "spin", "seconds": 0.02},
+                 workload=data["workload"], data={"step_reads": "sequential"})
+    one = sim_spec(seq, prof, step_terms(seq, prof))
+    assert one.read_ops == 1
+    assert _read_only(one, wake=flat, wake_first=((0.0, 0.005),)) == pytest.approx(_read_only(one) + 0.005, rel=1e-6)
+
+
+def test_a_profile_carries_the_first_wake_to_the_simulation_and_older_ones_wait_the_mean():
+    first = ((0.0, 0.0), (2.0, 0.003))
+    sched = SchedulerCosts(wake_s=((0.0, 0.0), (2.0, 0.001)), wake_first_s=first, cores=2)
+    data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
+            "data": {"step_reads": "sequential"}}
+    cfg = config(workers=6, compute={"mode": "spin", "seconds": 0.02}, **data)
+    fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)  # the disk is not the limit
+    prof = profile(cores_per_node=2, disk=fast, scheduler=sched)
+    spec = sim_spec(cfg, prof, step_terms(cfg, prof))
+    assert spec.wake_first == first
+    older = dataclasses.replace(prof, scheduler=dataclasses.replace(sched, wake_first_s=()))
+    assert sim_spec(cfg, older, step_terms(cfg, older)).wake_first == ()
+    # after a sleeping compute, the first call is woken like the next ones
+    sleepy = config(workers=6, compute={"mode": "sleep", "seconds": 0.02}, **data)
+    assert sim_spec(sleepy, prof, step_terms(sleepy, prof)).wake_first == ()
+    # five others spin on two cores while one reads: its one call waits the first wake's curve
+    assert _run(cfg, prof).phases["read"] > _run(cfg, older).phases["read"] + 0.001
+
+
+
+def test_a_step_read_takes_the_load_call_by_call(monkeypatch):
+    # Four workers of a sync round read 8 calls each at the same moment; whoever is done first
+    # starts to spin, so the others' later calls are woken among spinners, their first ones not.
+    import testbed.model.simulation as simulation
+
+    sched = SchedulerCosts(wake_s=((0.0, 0.0), (1.0, 0.001), (2.0, 0.002)),
+                           wake_first_s=((0.0, 0.0), (2.0, 0.003)), cores=2)
+    data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
+            "data": {"step_reads": "random"}}
+    cfg = config(workers=4, sync="sync", compute={"mode": "spin", "seconds": 0.01}, **data)
+    prof = profile(cores_per_node=2, scheduler=sched)
+    spec = sim_spec(cfg, prof, step_terms(cfg, prof))
+    seen: dict[str, list[float]] = {"first": [], "next": []}
+    real = simulation.load_curve_at
+
+    def recording(points, load):
+        if points in (spec.wake_first, spec.wake):
+            seen["first" if points == spec.wake_first else "next"].append(load)
+        return real(points, load)
+
+    monkeypatch.setattr(simulation, "load_curve_at", recording)
+    simulate(spec)
+    assert len(seen["first"]) == 4 * 20 and len(seen["next"]) == 4 * 20 * 7  # a wake per call
+    assert max(seen["first"]) == 0.0 and max(seen["next"]) > 0.0
