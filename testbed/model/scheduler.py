@@ -22,11 +22,12 @@ measured, per core. Calibration measures them (``testbed.calibration.scheduler``
 is made non-decreasing (``monotone``: more load never shortens a wait; the points are means
 of a few noisy samples) and read linearly between its points, flat beyond the last. The
 simulated family reads them at the load it simulates at that moment (``simulation.py``): the
-spin's overshoot at the spinners per core, each read call's wake (the first after a compute
-that held a core: its own curve) at every process wanting a core per core (bursts of RPC work
-too: a woken reader waits behind whatever holds the cores), the processes' background CPU left
-out: it comes in slivers (Ray's threads, event records) that never hold a core for a quantum
-(docs/model.md, "A tenth").
+spin's overshoot at the spinners per core, each read call's wake at every process wanting a
+core per core (bursts of RPC work too: a woken reader waits behind whatever holds the cores),
+the processes' background CPU left out: it comes in slivers (Ray's threads, event records) that
+never hold a core for a quantum (docs/model.md, "A tenth"). The first call's own curve is
+recorded and not read: held out, it made the reads worse (docs/model.md, "A step read's calls,
+woken one by one").
 
 Pure: the standard library.
 """
@@ -83,7 +84,8 @@ class SchedulerCosts:
     (``wake_s``: per read call, the mean over a burst of 8 calls after a spin; ``wake_first_s``:
     the first call of the burst alone); and how late a short sleep ends on the idle node
     (``sleep_overshoot_s``: an emulated apply's sleep under the shard's lock ends that late).
-    ``wake_first_s`` is empty before calibration version 25: every call then waits ``wake_s``."""
+    ``wake_first_s`` is recorded since calibration version 25 (empty before); the simulation
+    does not read it."""
     spin_overshoot_s: Points = ()
     wake_s: Points = ()
     wake_first_s: Points = ()

@@ -80,10 +80,9 @@ class SimSpec:
     # processes per core; empty: not modelled. A spin ends late by the overshoot at the load when
     # it starts (spinners per core); a step read's each of ``read_ops`` blocking calls, after its
     # share of the disk, waits the wake at the load then (every process present at the cores,
-    # bursts too, per core): the first call ``wake_first`` (empty: ``wake``), the others ``wake``.
+    # bursts too, per core).
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
-    wake_first: tuple[tuple[float, float], ...] = ()  # the first call's; empty: every call waits ``wake``
     read_ops: int = 1
     # A pull's reply: the parameters carried out (serialised, or put into the object store, once
     # per call), the copy's CPU less the memory copy. A sync pull that shares the round's

@@ -75,21 +75,19 @@ class SimWorker:
 
     def _woken_read(self) -> Iterator[simpy.Event]:
         """A step read as its ``read_ops`` blocking calls, each its share of the disk and then
-        the wait for a core once woken (the first call ``wake_first`` when the compute held a
-        core, the others ``wake``), at the load of that moment: every process that wants
-        a core, a burst of RPC work as much as a spinner. Background CPU (Ray's threads, event
-        records: served unwaited) comes in slivers that never hold a core for a quantum: not
-        counted. Call by call, not all at once: in a sync round every worker reads at the same
+        the wait for a core once woken (``wake``), at the load of that moment: every process
+        that wants a core, a burst of RPC work as much as a spinner. Background CPU (Ray's
+        threads, event records: served unwaited) comes in slivers that never hold a core for a
+        quantum: not counted. Call by call, not all at once: in a sync round every worker reads at the same
         moment and the first to finish starts its compute, so the later calls of the others
         wait behind it (docs/model.md, "A step read's calls, woken one by one")."""
         spec, env, node = self.spec, self.env, self.node
         cores = node.cores
         ops = max(1, spec.read_ops)
         part = spec.read_s / ops
-        for op in range(ops):
+        for _ in range(ops):
             yield node.disk.serve(part)
-            curve = spec.wake_first if op == 0 and spec.wake_first else spec.wake
-            wait = load_curve_at(curve, (cores.present - cores.unwaited) / spec.cores)
+            wait = load_curve_at(spec.wake, (cores.present - cores.unwaited) / spec.cores)
             if wait > 0:
                 yield env.timeout(wait)
 

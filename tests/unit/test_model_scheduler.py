@@ -172,7 +172,7 @@ def _read_only(spec, **changes):
     return simulate(dataclasses.replace(spec, **changes)).phases["read"]
 
 
-def test_the_first_read_call_waits_its_own_wake_and_the_next_ones_wait_the_other():
+def test_every_read_call_waits_a_wake():
     data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
             "data": {"step_reads": "random"}}
     fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)
@@ -180,38 +180,26 @@ def test_the_first_read_call_waits_its_own_wake_and_the_next_ones_wait_the_other
     prof = profile(cores_per_node=2, disk=fast)
     spec = sim_spec(cfg, prof, step_terms(cfg, prof))
     assert spec.read_ops == 8
-    bare = _read_only(spec)
     flat = ((0.0, 0.001),)  # the same wait at every load: the count of calls is what is tested
-    every = _read_only(spec, wake=flat)
-    assert every == pytest.approx(bare + 8 * 0.001, rel=1e-6)
-    split = _read_only(spec, wake=flat, wake_first=((0.0, 0.005),))
-    assert split == pytest.approx(bare + 0.005 + 7 * 0.001, rel=1e-6)
-    # a sequential read of the minibatch is one call: the first wake alone
+    assert _read_only(spec, wake=flat) == pytest.approx(_read_only(spec) + 8 * 0.001, rel=1e-6)
+    # a sequential read of the minibatch is one call
     seq = config(workers=1, compute={"mode": "spin", "seconds": 0.02},
                  workload=data["workload"], data={"step_reads": "sequential"})
     one = sim_spec(seq, prof, step_terms(seq, prof))
     assert one.read_ops == 1
-    assert _read_only(one, wake=flat, wake_first=((0.0, 0.005),)) == pytest.approx(_read_only(one) + 0.005, rel=1e-6)
+    assert _read_only(one, wake=flat) == pytest.approx(_read_only(one) + 0.001, rel=1e-6)
 
 
-def test_a_profile_carries_the_first_wake_to_the_simulation_and_older_ones_wait_the_mean():
-    first = ((0.0, 0.0), (2.0, 0.003))
-    sched = SchedulerCosts(wake_s=((0.0, 0.0), (2.0, 0.001)), wake_first_s=first, cores=2)
+def test_the_first_wake_is_recorded_and_the_simulation_does_not_read_it():
+    # Held out on 2026120422-23, the first call's own curve made the reads worse: recorded only.
+    sched = SchedulerCosts(wake_s=((0.0, 0.0), (2.0, 0.001)), wake_first_s=((0.0, 0.0), (2.0, 0.003)), cores=2)
     data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
             "data": {"step_reads": "sequential"}}
     cfg = config(workers=6, compute={"mode": "spin", "seconds": 0.02}, **data)
-    fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)  # the disk is not the limit
+    fast = DiskProfile(seq_read_bytes_per_s={1: 1e9, 2: 1.5e9}, block_bytes=4096)
     prof = profile(cores_per_node=2, disk=fast, scheduler=sched)
-    spec = sim_spec(cfg, prof, step_terms(cfg, prof))
-    assert spec.wake_first == first
-    older = dataclasses.replace(prof, scheduler=dataclasses.replace(sched, wake_first_s=()))
-    assert sim_spec(cfg, older, step_terms(cfg, older)).wake_first == ()
-    # after a sleeping compute, the first call is woken like the next ones
-    sleepy = config(workers=6, compute={"mode": "sleep", "seconds": 0.02}, **data)
-    assert sim_spec(sleepy, prof, step_terms(sleepy, prof)).wake_first == ()
-    # five others spin on two cores while one reads: its one call waits the first wake's curve
-    assert _run(cfg, prof).phases["read"] > _run(cfg, older).phases["read"] + 0.001
-
+    without = dataclasses.replace(prof, scheduler=dataclasses.replace(sched, wake_first_s=()))
+    assert _run(cfg, prof) == _run(cfg, without)
 
 
 def test_a_step_read_takes_the_load_call_by_call(monkeypatch):
@@ -219,22 +207,22 @@ def test_a_step_read_takes_the_load_call_by_call(monkeypatch):
     # starts to spin, so the others' later calls are woken among spinners, their first ones not.
     import testbed.model.simulation as simulation
 
-    sched = SchedulerCosts(wake_s=((0.0, 0.0), (1.0, 0.001), (2.0, 0.002)),
-                           wake_first_s=((0.0, 0.0), (2.0, 0.003)), cores=2)
+    sched = SchedulerCosts(wake_s=((0.0, 0.0), (1.0, 0.001), (2.0, 0.002)), cores=2)
     data = {"workload": {"steps": 20, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
             "data": {"step_reads": "random"}}
     cfg = config(workers=4, sync="sync", compute={"mode": "spin", "seconds": 0.01}, **data)
     prof = profile(cores_per_node=2, scheduler=sched)
     spec = sim_spec(cfg, prof, step_terms(cfg, prof))
-    seen: dict[str, list[float]] = {"first": [], "next": []}
+    seen: list[float] = []
     real = simulation.load_curve_at
 
     def recording(points, load):
-        if points in (spec.wake_first, spec.wake):
-            seen["first" if points == spec.wake_first else "next"].append(load)
+        if points == spec.wake:
+            seen.append(load)
         return real(points, load)
 
     monkeypatch.setattr(simulation, "load_curve_at", recording)
     simulate(spec)
-    assert len(seen["first"]) == 4 * 20 and len(seen["next"]) == 4 * 20 * 7  # a wake per call
-    assert max(seen["first"]) == 0.0 and max(seen["next"]) > 0.0
+    assert len(seen) == 4 * 20 * 8  # a wake per call, not one per step read
+    # the calls of one read see different loads: some among spinners, some with none
+    assert min(seen) == 0.0 and max(seen) > 0.0
