@@ -32,7 +32,7 @@ _LABELS = {
     "spin_overshoot_s": "a spin's overshoot, by spinners per core",
     "sleep_overshoot_s": "how late a 4 ms sleep ends on the idle node (an emulated apply's sleep)",
     "wake_s": "a woken read call's wait for a core, by processes wanting one per core (measured among spinners)",
-    "wake_first_s": "the first read call's alone, after a spin (the same way)",
+    "wake_first_s": "the first read call's alone, after a spin (the same way; recorded, not used by the model)",
     "small_calls_by_shards": "worker at the smallest size",
     "large_calls_by_shards": "worker at the large size",
     "larger_calls_by_shards": "worker at the larger size",
