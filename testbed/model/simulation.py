@@ -78,9 +78,10 @@ class SimWorker:
         the wait for a core once woken (``wake``), at the load of that moment: every process
         that wants a core, a burst of RPC work as much as a spinner. Background CPU (Ray's
         threads, event records: served unwaited) comes in slivers that never hold a core for a
-        quantum: not counted. Call by call, not all at once: in a sync round every worker reads at the same
-        moment and the first to finish starts its compute, so the later calls of the others
-        wait behind it (docs/model.md, "A step read's calls, woken one by one")."""
+        quantum: not counted. Call by call, not all at once: in a sync round every worker
+        reads at the same moment and the first to finish starts its compute, so the later
+        calls of the others wait behind it (docs/model.md, "A step read's calls, woken one by
+        one")."""
         spec, env, node = self.spec, self.env, self.node
         cores = node.cores
         ops = max(1, spec.read_ops)

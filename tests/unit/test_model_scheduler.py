@@ -168,7 +168,8 @@ def test_a_read_does_not_wait_behind_background_cpu():
 
 
 def _read_only(spec, **changes):
-    # a worker that only reads: no compute, no transfer, every step's read alone on the disk
+    # the mean step read of ``spec`` simulated with ``changes`` (one worker in these tests: its
+    # reads never share the disk, so the difference between two calls is the wakes alone)
     return simulate(dataclasses.replace(spec, **changes)).phases["read"]
 
 
