@@ -89,8 +89,10 @@ Progress = Callable[[str], None]
 # second moved it by +-1.5 ms a step); 23: the pair at 16 MiB too (``larger_calls_by_shards``:
 # the step past the inline limit grows with the slice); 24: how late a 4 ms sleep ends at rest
 # (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late); 25: the first
-# wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time)
-CALIBRATION_VERSION = 25
+# wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time);
+# 26: the fan-out to one idle actor (the model's one-process init call, in place of the reused
+# runs' init span) and more of the gate's pairs at 1 and 4 workers (``gate_repeats``)
+CALIBRATION_VERSION = 26
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -212,9 +214,21 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
 GATE_REPEATS = 3
 
 
+def gate_repeats(workers: int) -> int:
+    """Pairs timed at ``workers`` workers at the gate: 7 at one, 5 up to four, else
+    ``GATE_REPEATS``. Why more where a pair is cheap: a pair at one worker is two calls of 2-6 ms
+    whose difference is the figure, and its first pair meets the fresh gate (a connection, the
+    first turn: 5.7-18 ms where the next pairs took 2.7-4.4, three rounds on 2026-12-05); with
+    three pairs the median was that first pair or a spike often enough to matter: the calibration
+    of 2026-12-05 00:07 read 11.2 ms at one worker (12.5 at four), where the one-worker
+    sequential inits of the day's draws took 4.3-7.5 ms beyond their read and call. Seven pairs
+    at one worker and five at four add ~0.7 s."""
+    return 7 if workers <= 1 else 5 if workers <= 4 else GATE_REPEATS
+
+
 def _measure_gate(actors: list[Any], counts: list[int]) -> dict[int, float]:
     """What a sequential init's I/O gate adds to the init call with nothing to read, for j
-    workers: the median over ``GATE_REPEATS`` pairs of (the driver's call to j idle actors that
+    workers: the median over ``gate_repeats(j)`` pairs of (the driver's call to j idle actors that
     each take the gate's token in turn and hand it on) less (a plain call to the same j),
     made one after the other so that the pair sees the same machine.
 
@@ -223,20 +237,20 @@ def _measure_gate(actors: list[Any], counts: list[int]) -> dict[int, float]:
     hand it on; on the seven held-out draws of 2026-12-03 the 42 sequential inits measured
     2-4 ms between one worker's read and the next one's (median ~3) and 3-5 ms before the first
     read and after the last, against 1.7 ms a worker predicted: init 23 % short at the median.
-    One gate serves every repeat and count, each turn under an index of its own. Three pairs at
-    1, 4 and 16 (five at 1, 2, 8 and 16 took 5 s of the calibration's 90 here); the curve grows
+    One gate serves every repeat and count, each turn under an index of its own. Pairs at 1, 4
+    and 16 (``gate_repeats``; five at 1, 2, 8 and 16 took 5 s of the calibration's 90 here); the curve grows
     faster than linearly (every hand-off wakes the gate's waiting threads), so it keeps its
     largest count."""
     import ray
 
     from actors.gate import remote_gate
-    order = list(range(sum(counts) * GATE_REPEATS))
+    order = list(range(sum(j * gate_repeats(j) for j in counts)))
     gate = remote_gate(order)
     ray.get(gate.done.remote())  # its process up before anything is timed, as in a run
     diffs: dict[int, list[float]] = {j: [] for j in counts}
     base = 0
-    for _ in range(GATE_REPEATS):
-        for j in counts:
+    for r in range(max(gate_repeats(j) for j in counts)):
+        for j in (j for j in counts if r < gate_repeats(j)):
             time.sleep(0.05)  # idle first, as the worker processes are when init starts
             t0 = time.perf_counter()
             ray.get([a.cpu_s.remote() for a in actors[:j]])
@@ -353,7 +367,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
         larger_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGER_BYTES)
     setup, fanout, gate = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
-                                         progress, fanout_counts=() if quick else (8,),
+                                         progress, fanout_counts=(1,) if quick else (1, 8),
                                          gate_counts=(1, 2, 4) if quick else (1, 4, 16))
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]

@@ -42,10 +42,11 @@ _LABELS = {
     "ray_cpu_shard_step_s": "Ray's own processes' CPU per worker step: what each shard beyond the first adds, by slice",
 }
 # Keyed curves: the label of one point, given its key.
-_POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actors at once",
-                 "init_fanout_s_by_actors": "the driver's call to {key} idle actors at once",
-                 "init_gate_s_by_workers": "the I/O gate's turns for {key} workers in a sequential init (beyond the call)",
-                 "small_calls_by_shards": "the worker's calls with {key} shards at the smallest size",
+# ``{s}`` is the plural's s, left out at one.
+_POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actor{s} at once",
+                 "init_fanout_s_by_actors": "the driver's call to {key} idle actor{s} at once",
+                 "init_gate_s_by_workers": "the I/O gate's turns for {key} worker{s} in a sequential init (beyond the call)",
+                 "small_calls_by_shards": "the worker's calls with {key} shard{s} at the smallest size",
                  "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)",
                  "larger_calls_by_shards": "the worker's calls with {key} shards at the larger size (slices through the object store)"}
 # Who measured what (identity) and when (created) head the table or are not figures at all.
@@ -144,9 +145,9 @@ def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
             return [row for k, v in sorted(value.items()) for row in _rows(k, v, _LABELS.get(k, k))]
         template = _POINT_LABELS.get(name, label + ", {key}")  # a curve: one row per point
         if all(isinstance(v, dict) for v in value.values()):  # named figures per key: a row each
-            return [(f"{template.format(key=k)}: {n}", format_figure(n, x))
+            return [(f"{_point(template, k)}: {n}", format_figure(n, x))
                     for k, v in sorted(value.items()) for n, x in sorted(v.items())]
-        return [(template.format(key=k), format_figure(name, v)) for k, v in sorted(value.items())]
+        return [(_point(template, k), format_figure(name, v)) for k, v in sorted(value.items())]
     return [(label, format_figure(name, value))]
 
 
@@ -159,3 +160,8 @@ def profile_rows(profile: HardwareProfile) -> list[tuple[str, str]]:
     labels = {label for label, _ in rows}
     tail = [("measured", profile.created)] if profile.created else []
     return [row for row in head if row[0] not in labels] + rows + tail
+
+
+def _point(template: str, key: Any) -> str:
+    """One point's label: the key in its place, and a plural's s unless the key is 1."""
+    return template.format(key=key, s="" if key == 1 else "s")

@@ -104,6 +104,12 @@ def test_the_init_call_is_calibrated_and_predicts_an_empty_init():
         assert predict(cfg, prof, family).init_s == pytest.approx(4e-3)
 
 
+def test_the_gate_is_timed_more_often_where_a_pair_is_cheap():
+    from testbed.calibration.calibrate import GATE_REPEATS, gate_repeats
+    assert [gate_repeats(j) for j in (1, 2, 4, 16)] == [7, 5, 5, GATE_REPEATS]
+    assert gate_repeats(1) % 2 == 1 and gate_repeats(4) % 2 == 1  # an odd count: the median is a pair
+
+
 def test_cpu_is_split_between_push_and_pull_by_two_runs():
     from testbed.calibration.costs import split_per_call
     # 10 pushes and 10 pulls cost 30 ms; 10 pushes and 1 pull 21 ms: 2 ms per push, 1 per pull

@@ -126,13 +126,15 @@ def test_the_renderer_formats_every_cell_type_and_says_when_a_table_is_empty():
 def test_profile_rows_list_every_figure_once_in_its_unit_and_survive_new_fields():
     p = factories.profile(identity={"cpu_model": "Imaginary CPU", "nodes": [{}, {}]}, flops_per_s=2e10,
                           object_store_call_s=2e-3, setup_s_by_actors={2: 0.5, 8: 1.5},
-                          created="2026-01-01T00:00:00+00:00")
+                          init_fanout_s_by_actors={1: 1.6e-3, 2: 2.2e-3}, created="2026-01-01T00:00:00+00:00")
     rows = dict(profile_rows(p))
     assert len(rows) == len(profile_rows(p))  # no figure twice
     assert rows["nodes"] == "2" and rows["CPU"] == "Imaginary CPU" and rows["cores per node"] == "2"
     assert rows["actor-call latency L"] == "1 ms" and rows["transfer bandwidth W (same node)"] == "977 KiB/s"
     assert rows["matmul rate"] == "20.0 GFLOP/s" and rows["object_store_call_s"] == "2 ms"
     assert rows["start-up of 8 actors at once"] == "1.5 s"
+    assert rows["the driver's call to 1 idle actor at once"] == "1.6 ms"  # one: no plural
+    assert rows["the driver's call to 2 idle actors at once"] == "2.2 ms"
     assert rows["disk sequential read, 4 reader(s)"] == "1.91 MiB/s" and rows["disk figures from"] == "fio (?)"
     assert "transfer bandwidth (between nodes)" not in rows and not any("fio (reference)" in k for k in rows)
     # a figure added to the profile later shows up under its own name, in its unit, without an edit
