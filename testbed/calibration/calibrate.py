@@ -90,8 +90,7 @@ Progress = Callable[[str], None]
 # the step past the inline limit grows with the slice); 24: how late a 4 ms sleep ends at rest
 # (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late); 25: the first
 # wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time);
-# 26: the fan-out to one idle actor (the model's one-process init call, in place of the reused
-# runs' init span) and more of the gate's pairs at 1 and 4 workers (``gate_repeats``)
+# 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``)
 CALIBRATION_VERSION = 26
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
@@ -367,7 +366,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
         larger_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGER_BYTES)
     setup, fanout, gate = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
-                                         progress, fanout_counts=(1,) if quick else (1, 8),
+                                         progress, fanout_counts=() if quick else (8,),
                                          gate_counts=(1, 2, 4) if quick else (1, 4, 16))
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]

@@ -480,30 +480,19 @@ def worker_processes(config: Any, profile: HardwareProfile, workers: int) -> int
 
 def init_call_s(profile: HardwareProfile, processes: int = 1) -> float:
     """The driver's call that starts init and waits for its end, with nothing to read, to
-    ``processes`` worker processes, on the calibrated fan-out curve (``init_fanout_s_by_actors``:
-    the driver's call to k idle actors at once), linear between its counts and along its last
-    segment beyond them. At one process: the curve's own point at 1 (calibration version 26);
-    in profiles without it, the single-worker runs' init span (``init_call_s``), else one
-    actor-call latency.
-
-    Why the curve's point at 1 and not the runs' init span: calibration's runs reuse their
-    processes from one config to the next, and a reused process answers the init call in its
-    hot state (1.0-1.2 ms), where a run's processes are new and idle before init: over the
-    held-out draws of 2026-12-03 and 2026-12-04 (21 one-process configs with nothing to read)
-    the init measured 1.27 x the runs' figure at the median (1.04-1.46 between the quartiles)
-    and 1.02 x a paused bare call. The fan-out's points at 2 and more are idle calls to new
-    probes already; the point at 1 is the same measurement.
+    ``processes`` worker processes: at 1, as calibration measured it (the single-worker runs'
+    init spans: the call reaches the worker host, which starts a thread per hosted worker; one
+    actor-call latency in profiles without it); at more, on the calibrated fan-out curve
+    (``init_fanout_s_by_actors``: the driver's call to k idle actors at once), read linearly
+    from that one-process figure, and along the curve's last segment beyond it.
 
     Read directly, not as the one-process figure plus the curve's growth from its value at 1
-    (the rule before): the curve's segment from 2 to 8 extrapolated to 1 says 1.8 ms
-    where one process measures 1.0 ms, so the growth read from it was short by ~0.8 ms at every
-    count (held-out draws 2026120113 and 2026120114)."""
-    fanout = profile.init_fanout_s_by_actors
-    if 1 in fanout:
-        one = fanout[1]
-    else:
-        one = profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
-    points = [(k, v) for k, v in sorted(fanout.items()) if k > 1]
+    (the rule before): the curve starts at 2 and its segment from 2 to 8 extrapolated to 1 says
+    1.8 ms where one process measures 1.0 ms, so the growth read from it was short by ~0.8 ms at
+    every count (held-out draws 2026120113 and 2026120114: init with no data set 0.78-1.0 x the
+    curve's own value at 2-5 processes, against 0.5-0.8 x by the rule before)."""
+    one = profile.init_call_s if profile.init_call_s is not None else profile.actor_call_latency_s
+    points = [(k, v) for k, v in sorted(profile.init_fanout_s_by_actors.items()) if k > 1]
     if processes <= 1 or not points:
         return one
     return max(one, interpolate_setup_s([(1, one), *points], processes))

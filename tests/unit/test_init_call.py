@@ -45,19 +45,6 @@ def test_init_call_is_the_fanout_curve_read_from_the_one_worker_figure():
     assert init_call_s(profile(init_call_s=0.003, init_fanout_s_by_actors={2: 0.002, 8: 0.004}), 2) == 0.003
 
 
-def test_the_curves_point_at_one_process_is_the_one_process_call():
-    """Calibration version 26 measures the fan-out to one idle actor: the one-process init call
-    is that point, not the reused runs' init span, and the curve is read up from it."""
-    p = profile(init_call_s=0.001, init_fanout_s_by_actors={1: 0.0016, 2: 0.0021, 8: 0.0055})
-    assert init_call_s(p, 1) == pytest.approx(0.0016)
-    assert init_call_s(p, 2) == pytest.approx(0.0021)
-    assert init_call_s(p, 4) == pytest.approx(0.0021 + 2 * (0.0055 - 0.0021) / 6)
-    # without the runs' figure too; and an empty-data init at one process predicts that point
-    q = profile(init_fanout_s_by_actors={1: 0.0016, 2: 0.0021})
-    assert init_call_s(q, 1) == pytest.approx(0.0016)
-    assert init_seconds(run_config(), q, 1, ideal=False) == pytest.approx(0.0016)
-
-
 def test_init_with_no_data_set_predicts_the_call_to_every_process():
     p = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005})
     spin = run_config(compute={"mode": "spin", "seconds": "1ms"})

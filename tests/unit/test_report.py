@@ -133,7 +133,7 @@ def test_profile_rows_list_every_figure_once_in_its_unit_and_survive_new_fields(
     assert rows["actor-call latency L"] == "1 ms" and rows["transfer bandwidth W (same node)"] == "977 KiB/s"
     assert rows["matmul rate"] == "20.0 GFLOP/s" and rows["object_store_call_s"] == "2 ms"
     assert rows["start-up of 8 actors at once"] == "1.5 s"
-    assert rows["the driver's call to 1 idle actor at once"] == "1.6 ms"  # one: no plural
+    assert rows["the driver's call to 1 idle actor at once"] == "1.6 ms"  # one: no plural (a profile may hold it)
     assert rows["the driver's call to 2 idle actors at once"] == "2.2 ms"
     assert rows["disk sequential read, 4 reader(s)"] == "1.91 MiB/s" and rows["disk figures from"] == "fio (?)"
     assert "transfer bandwidth (between nodes)" not in rows and not any("fio (reference)" in k for k in rows)
