@@ -116,6 +116,12 @@ class SimSpec:
     # CPU queued against paused), and the saving is in the call's fixed part, not its bytes.
     # None: the same as ``overhead_s`` (not modelled).
     overhead_busy_s: Optional[float] = None
+    # The dispatch of a pull that is a call of its own (every ``ssp`` pull), idle and busy: it
+    # carries no argument to take, so a bare call's (calibrated: a bare call's callee CPU paused
+    # and queued), where a push's dispatch takes its slice. None: ``overhead_s`` and
+    # ``overhead_busy_s`` (profiles without the bare call's figures).
+    pull_dispatch_s: Optional[float] = None
+    pull_dispatch_busy_s: Optional[float] = None
     # How the shard's interpreter (``gil``) is handed on among the threads waiting for it:
     # "fifo", first come first served; "random", to one drawn at random (seeded by the config's
     # seed and the shard): CPython wakes one of the waiting threads, the OS's choice, and a
@@ -205,11 +211,16 @@ class SimShard:
             yield self.node.cores.serve(spec.reply_s * self.service.factor())
             self.gil.release()
 
-    def _dispatch(self, busy: bool) -> Iterator[simpy.Event]:
+    def _dispatch(self, busy: bool, plain_pull: bool = False) -> Iterator[simpy.Event]:
         """A call's dispatch on a core, outside the lock (holding the interpreter, if modelled);
-        ``busy``: the call found the shard serving another."""
+        ``busy``: the call found the shard serving another; ``plain_pull``: a pull of its own
+        (``pull_dispatch_s``, where given)."""
         spec = self.spec
-        cost = spec.overhead_busy_s if busy and spec.overhead_busy_s is not None else spec.overhead_s
+        if plain_pull and spec.pull_dispatch_s is not None:
+            cost = (spec.pull_dispatch_busy_s if busy and spec.pull_dispatch_busy_s is not None
+                    else spec.pull_dispatch_s)
+        else:
+            cost = spec.overhead_busy_s if busy and spec.overhead_busy_s is not None else spec.overhead_s
         if self.gil is None:
             yield self.node.cores.serve(cost)
             return
@@ -265,8 +276,8 @@ class SimShard:
         env = self.env
         t_call = env.now
         self.calls += 1
-        if self.spec.overhead_s > 0:
-            yield from self._dispatch(self.calls > 1)
+        if self.spec.overhead_s > 0 or self.spec.pull_dispatch_s:
+            yield from self._dispatch(self.calls > 1, plain_pull=True)
         yield from self.lock.take()
         start = env.now
         yield from self._copy_locked()

@@ -89,13 +89,24 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # copy. Calibrated curves measure a due pull as it runs: under async and sync it travels
     # with the push (one call, no dispatch of its own), so s_pull is the copy alone there.
     combined = bool(profile.call_costs) and _value(config.sync) != "ssp"
-    copy = max(0.0, t.pull_service_s - (0.0 if combined else overhead))
+    # A pull of its own (every ssp pull) to one shard, under calibrated curves: the curve's pull
+    # CPU is the copy (measured travelling with a push), and the call's own dispatch is a bare
+    # call's, as it carries no argument; not the push's dispatch, which takes the slice. The
+    # rule before (the push's dispatch, the copy inside it) made the pull's own call add
+    # max(0, o - copy): 0.98 ms at 4 KiB and none at 8 MiB, where one ssp worker's pulls
+    # measured 0.48 and 0.13 ms over the async one's. At 2 shards and more the calibrated step
+    # per shard (``plain_pull_step_s``) is measured against the rule before and stays with it
+    # (docs/model.md, "A pull of its own: a bare call's dispatch, at one shard").
+    bare = (profile.actor_call_cpu_s if bool(profile.call_costs) and _value(config.sync) == "ssp"
+            and config.servers == 1 and profile.actor_call_cpu_s else None)
+    copy = max(0.0, t.pull_service_s - (0.0 if combined or bare is not None else overhead))
     # A sync pull sharing its round's snapshot pays the copy less the memory copy of the slice
     # (the shard returns one snapshot to every call, each in its own reply).
     copy_rate = profile.server_copy_bytes_per_s or profile.server_apply_bytes_per_s
     reply = max(0.0, copy - (config.gradient_bytes / s) / copy_rate) if copy_rate else copy
     # A shard's CPU for its part of one push and of one pull (a pull of its own is dispatched too).
-    push_shard_cpu, pull_shard_cpu = overhead + apply_cpu, (copy if combined else overhead + copy)
+    push_shard_cpu = overhead + apply_cpu
+    pull_shard_cpu = copy if combined else (bare if bare is not None else overhead) + copy
     services_cpu = s * push_shard_cpu + s * pull_shard_cpu / k
     # More shards than cores: the simulation shares the cores among the S shards' services of
     # one call (each stretched to S / cores of itself), and so would add that contention to a
@@ -143,6 +154,9 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         # "A step read's calls, woken one by one").
         read_ops=read_calls(config),
         reply_s=reply, overhead_busy_s=overhead_busy,
+        pull_dispatch_s=bare,
+        pull_dispatch_busy_s=(min(bare, profile.actor_call_cpu_busy_s) if bare is not None
+                              and profile.actor_call_cpu_busy_s else None),
     )
 
 

@@ -405,6 +405,43 @@ def test_an_ssp_pull_has_every_shards_reply_in_it_and_the_other_modes_keep_the_c
                                          "by slice"].startswith("2 KiB: 500 us")
 
 
+@pytest.mark.parametrize("nbytes", [4 * KIB, 64 * KIB, 4 * MIB])
+def test_an_ssp_pull_of_its_own_is_dispatched_as_a_bare_call(nbytes):
+    # One worker, one shard: the pull of its own takes the curve's pull (its copy as measured
+    # travelling with a push) plus a bare call's dispatch at the shard, at every size; the push's
+    # dispatch (0.29 ms here, fixed) is not it. Without the bare call's figure: the rule before,
+    # the push's dispatch with the copy inside it (so nothing added once the copy is the longer).
+    bare = profile(costs(1), actor_call_cpu_s=0.7 * MS, actor_call_cpu_busy_s=0.3 * MS)
+    plain = profile(costs(1))
+    ssp, asynchronous = config(sync="ssp", staleness=1, gradient_bytes=nbytes), config(gradient_bytes=nbytes)
+    added = (predict(ssp, bare, ModelFamily.SIMULATED).pull_s
+             - predict(asynchronous, bare, ModelFamily.SIMULATED).pull_s)
+    assert added == pytest.approx(0.7 * MS, rel=1e-6)
+    t = step_terms(ssp, plain)
+    dispatch, copy = t.push_service_s - t.apply_s, t.pull_service_s
+    before = (predict(ssp, plain, ModelFamily.SIMULATED).pull_s
+              - predict(asynchronous, plain, ModelFamily.SIMULATED).pull_s)
+    assert before == pytest.approx(max(0.0, dispatch - copy), abs=1e-9)
+    # pushes, async and sync pulls keep their dispatch
+    for cfg in (asynchronous, config(sync="sync", gradient_bytes=nbytes)):
+        assert predict(cfg, bare, ModelFamily.SIMULATED).pull_s == pytest.approx(
+            predict(cfg, plain, ModelFamily.SIMULATED).pull_s, rel=1e-9)
+    assert predict(ssp, bare, ModelFamily.SIMULATED).push_s == pytest.approx(
+        predict(ssp, plain, ModelFamily.SIMULATED).push_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("servers", [2, 4])
+def test_an_ssp_pull_to_several_shards_keeps_the_rule_its_calibrated_step_was_measured_against(servers):
+    # The step per shard beyond the first (plain_pull_step_s) was calibrated with the push's
+    # dispatch as the pull's own: the bare call's figure changes nothing there.
+    step = SizeCurve(((2 * KIB, 0.5 * MS), (256 * KIB, 1 * MS), (1 * MIB, 2 * MS), (4 * MIB, 3 * MS)))
+    with_bare = profile(costs(1), costs(2), plain_pull_step_s=step, actor_call_cpu_s=0.7 * MS)
+    without = profile(costs(1), costs(2), plain_pull_step_s=step)
+    cfg = config(servers=servers, sync="ssp", staleness=1)
+    assert predict(cfg, with_bare, ModelFamily.SIMULATED).pull_s == pytest.approx(
+        predict(cfg, without, ModelFamily.SIMULATED).pull_s, rel=1e-9)
+
+
 def test_a_busy_shards_dispatch_is_discounted_in_its_fixed_part_and_only_for_inline_slices():
     from testbed.model.simfamily import sim_spec
     busy = profile(costs(1), actor_call_cpu_s=1.0 * MS, actor_call_cpu_busy_s=0.4 * MS)
