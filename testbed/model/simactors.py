@@ -216,11 +216,10 @@ class SimShard:
         ``busy``: the call found the shard serving another; ``plain_pull``: a pull of its own
         (``pull_dispatch_s``, where given)."""
         spec = self.spec
-        if plain_pull and spec.pull_dispatch_s is not None:
-            cost = (spec.pull_dispatch_busy_s if busy and spec.pull_dispatch_busy_s is not None
-                    else spec.pull_dispatch_s)
-        else:
-            cost = spec.overhead_busy_s if busy and spec.overhead_busy_s is not None else spec.overhead_s
+        idle, busy_cost = ((spec.pull_dispatch_s, spec.pull_dispatch_busy_s)
+                           if plain_pull and spec.pull_dispatch_s is not None
+                           else (spec.overhead_s, spec.overhead_busy_s))
+        cost = busy_cost if busy and busy_cost is not None else idle
         if self.gil is None:
             yield self.node.cores.serve(cost)
             return

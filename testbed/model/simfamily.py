@@ -88,7 +88,8 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # A pull's copy under the lock. The scalar terms' s_pull is a call of its own: dispatch plus
     # copy. Calibrated curves measure a due pull as it runs: under async and sync it travels
     # with the push (one call, no dispatch of its own), so s_pull is the copy alone there.
-    combined = bool(profile.call_costs) and _value(config.sync) != "ssp"
+    curves, ssp = bool(profile.call_costs), _value(config.sync) == "ssp"
+    combined = curves and not ssp
     # A pull of its own (every ssp pull) to one shard, under calibrated curves: the curve's pull
     # CPU is the copy (measured travelling with a push), and the call's own dispatch is a bare
     # call's, as it carries no argument; not the push's dispatch, which takes the slice. The
@@ -97,8 +98,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # measured 0.48 and 0.13 ms over the async one's. At 2 shards and more the calibrated step
     # per shard (``plain_pull_step_s``) is measured against the rule before and stays with it
     # (docs/model.md, "A pull of its own: a bare call's dispatch, at one shard").
-    bare = (profile.actor_call_cpu_s if bool(profile.call_costs) and _value(config.sync) == "ssp"
-            and config.servers == 1 and profile.actor_call_cpu_s else None)
+    bare = profile.actor_call_cpu_s if curves and ssp and s == 1 and profile.actor_call_cpu_s else None
     copy = max(0.0, t.pull_service_s - (0.0 if combined or bare is not None else overhead))
     # A sync pull sharing its round's snapshot pays the copy less the memory copy of the slice
     # (the shard returns one snapshot to every call, each in its own reply).
