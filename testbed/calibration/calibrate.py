@@ -90,8 +90,9 @@ Progress = Callable[[str], None]
 # the step past the inline limit grows with the slice); 24: how late a 4 ms sleep ends at rest
 # (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late); 25: the first
 # wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time);
-# 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``)
-CALIBRATION_VERSION = 26
+# 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``); 27: the disk's first read
+# after idle (``DiskProfile.read_start_s``, ``disk.measure_read_start``)
+CALIBRATION_VERSION = 27
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -453,7 +454,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
                 # reader's figures, not fed to the model (1.3 s a job count at 1 s with fio's
                 # start-up, 0.8 s at 0.5 s, ~0.6 s at 0.3 s: the room for the plain-pull runs).
                 reference = calibrate_disk(target, file_bytes=size, runtime_s=min(runtime_s, 0.3), max_jobs=8,
-                                           method="fio", progress=progress, file_name=name)
+                                           method="fio", progress=progress, file_name=name, read_start=False)
         finally:
             (target / name).unlink(missing_ok=True)
     cores = _node_cores(identity)

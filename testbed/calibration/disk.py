@@ -26,7 +26,7 @@ import numpy as np
 
 from testbed.config.errors import UserError
 from testbed.data.dataset import check_cache_bypass, write_random_file
-from testbed.data.diskio import ALIGN_BYTES, DirectReader
+from testbed.data.diskio import ALIGN_BYTES, START_BYTES, START_PAUSE_S, START_SAMPLES, DirectReader, first_read_times, read_start_s
 from testbed.data.fio import FIO_INSTALL_HINT, FioJob, FioNotFound, find_fio, run_job
 from testbed.model.profile import DiskProfile
 from testbed.records.atomic import atomic_write_text
@@ -64,7 +64,8 @@ def calibrate_disk(directory: str | os.PathLike, out: Optional[str | os.PathLike
                    method: str = "fio",
                    fio_search_path: Optional[str] = None,
                    progress: Optional[Callable[[str], None]] = None,
-                   file_name: Optional[str] = None, keep_file: bool = False) -> DiskProfile:
+                   file_name: Optional[str] = None, keep_file: bool = False,
+                   read_start: bool = True) -> DiskProfile:
     """Measure the disk under ``directory``; write the profile to ``out`` if given.
 
     The reads go to a file of ``file_bytes`` written for them (``file_name`` in ``directory``,
@@ -77,6 +78,8 @@ def calibrate_disk(directory: str | os.PathLike, out: Optional[str | os.PathLike
     fallback into ``FioNotFound``. ``method="reader"`` measures with the testbed's reader
     even where fio exists: the figures the testbed itself achieves, which can beat fio's
     psync where the buffer's page layout matters (virtio disks; see diskio._direct_buffer).
+    ``read_start``: measure the first read after idle too (``measure_read_start``, ~0.7 s;
+    always with the testbed's reader, which is what a worker's init read is).
     """
     if method not in ("fio", "reader"):
         raise ValueError(f"method must be 'fio' or 'reader', got {method!r}")
@@ -129,12 +132,14 @@ def calibrate_disk(directory: str | os.PathLike, out: Optional[str | os.PathLike
         for k in concurrency_levels(max_jobs)[1:]:
             say(f"random read of {_SMALL_BLOCK_BYTES} bytes, {k} concurrent reader(s), {short_s:g} s")
             by_readers[k] = measure.rand_concurrent(k, _SMALL_BLOCK_BYTES, file_bytes, short_s)
+        start = measure_read_start(path, file_bytes, block_bytes, bypass, seq[1], say) if read_start else 0.0
     finally:
         if not keep_file:
             path.unlink(missing_ok=True)
     profile = DiskProfile(seq_read_bytes_per_s=seq, block_bytes=block_bytes, rand_read_iops=iops,
                           latency_s=latency, directory=str(directory), fs_type=kind,
-                          source="fio" if fio else "testbed-reader", rand_read_iops_by_readers=by_readers)
+                          source="fio" if fio else "testbed-reader", rand_read_iops_by_readers=by_readers,
+                          read_start_s=start)
     if out is not None:
         save_disk_profile(profile, out)
     return profile
@@ -226,6 +231,20 @@ class _ReaderMeasure:
         for t in threads:
             t.join()
         return sum(done) / (clock() - t_start)
+
+
+def measure_read_start(path: Path, file_bytes: int, block_bytes: int, cache_bypass: bool, bytes_per_s: float,
+                       say: Callable[[str], None] = lambda _msg: None) -> float:
+    """``DiskProfile.read_start_s`` on the calibration file: ``START_SAMPLES`` first reads of
+    ``START_BYTES`` by new readers after ``START_PAUSE_S`` idle, at offsets spread over the
+    file (each a region not read just before), against ``bytes_per_s`` (~0.7 s)."""
+    nbytes = min(START_BYTES, file_bytes // START_SAMPLES // ALIGN_BYTES * ALIGN_BYTES)
+    if nbytes <= 0:
+        return 0.0
+    say(f"first reads after idle ({START_SAMPLES} x {nbytes // 1024} KiB)")
+    stride = file_bytes // START_SAMPLES // ALIGN_BYTES * ALIGN_BYTES
+    extents = [(str(path), k * stride, nbytes) for k in range(START_SAMPLES)]
+    return read_start_s(first_read_times(extents, block_bytes, cache_bypass, START_PAUSE_S), nbytes, bytes_per_s)
 
 
 def save_disk_profile(profile: DiskProfile, path: str | os.PathLike) -> Path:

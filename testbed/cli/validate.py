@@ -91,6 +91,23 @@ def dataset_read_bytes_per_s(cfg: RunConfig, readers: tuple[int, ...] = READERS)
     return out
 
 
+def dataset_first_read_times(cfg: RunConfig) -> tuple[list[float], int]:
+    """The data set's first reads after idle (``diskio.first_read_times``): the first
+    ``START_BYTES`` of its files in turn, ``START_SAMPLES`` of them, each by a new reader after
+    ``START_PAUSE_S``; returns (seconds each, bytes each). Run after ``dataset_read_bytes_per_s``,
+    whose passes leave the data set as warm as a run's warm pass does."""
+    from testbed.data.dataset import prepare_dataset
+    from testbed.data.diskio import ALIGN_BYTES, START_BYTES, START_SAMPLES, first_read_times
+
+    info = prepare_dataset(cfg.data, cfg.workload.dataset_bytes)
+    files = [(p, n) for p, n in info.files if n >= ALIGN_BYTES]
+    if not files:
+        return [], 0
+    nbytes = min(START_BYTES, min(n for _, n in files) // ALIGN_BYTES * ALIGN_BYTES)
+    extents = [(files[k % len(files)][0], 0, nbytes) for k in range(START_SAMPLES)]
+    return first_read_times(extents, cfg.data.block_bytes, info.cache_bypass), nbytes
+
+
 def with_dataset_reads(profile: HardwareProfile, cfg: RunConfig, address: Optional[str]) -> HardwareProfile:
     """The profile with its disk figures measured on the data set the run will read, from a Ray
     worker process as the workers read it. The calibration's own file was just written, and
@@ -99,21 +116,29 @@ def with_dataset_reads(profile: HardwareProfile, cfg: RunConfig, address: Option
     when there were no fio figures."""
     import ray
 
+    from testbed.data.diskio import read_start_s
     from testbed.runner.cluster import ray_session
+
     with ray_session(address):
         bandwidth = ray.get(ray.remote(num_cpus=0)(dataset_read_bytes_per_s).remote(cfg))
-    return dataset_disk_profile(profile, bandwidth, cfg)
+        times, nbytes = ray.get(ray.remote(num_cpus=0)(dataset_first_read_times).remote(cfg))
+    start = read_start_s(times, nbytes, bandwidth[min(bandwidth)]) if times else None
+    return dataset_disk_profile(profile, bandwidth, cfg, start)
 
 
-def dataset_disk_profile(profile: HardwareProfile, bandwidth: dict[int, float], cfg: RunConfig) -> HardwareProfile:
+def dataset_disk_profile(profile: HardwareProfile, bandwidth: dict[int, float], cfg: RunConfig,
+                         read_start: Optional[float] = None) -> HardwareProfile:
     """The profile with ``bandwidth`` (readers -> bytes/s over the run's data set) as its disk's
-    sequential curve and every other figure of the calibration's disk carried over (random
-    reads, by concurrent readers, the latency, the file system), its disk kept as
-    ``disk_reference`` when there were no fio figures. Pure."""
+    sequential curve and ``read_start`` (a first read's cost after idle on the data set, None:
+    the calibration's) as its ``read_start_s``, and every other figure of the calibration's disk
+    carried over (random reads, by concurrent readers, the latency, the file system), its disk
+    kept as ``disk_reference`` when there were no fio figures. Pure."""
     from testbed.model.profile import DiskProfile
     old = profile.disk
     fields = dict(seq_read_bytes_per_s=bandwidth, block_bytes=cfg.data.block_bytes, directory=str(cfg.data.dir),
                   source="testbed-reader (the data set)")
+    if read_start is not None:
+        fields["read_start_s"] = read_start
     disk = dataclasses.replace(old, **fields) if old else DiskProfile(**fields)
     return dataclasses.replace(profile, disk=disk, disk_reference=profile.disk_reference or old)
 

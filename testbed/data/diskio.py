@@ -27,7 +27,8 @@ import numpy as np
 
 from testbed.config.spec import Partition, StepReads
 
-__all__ = ["ALIGN_BYTES", "Extent", "init_read_plan", "DirectReader", "StepReader", "plan_bytes"]
+__all__ = ["ALIGN_BYTES", "Extent", "init_read_plan", "DirectReader", "StepReader", "plan_bytes",
+           "first_read_times", "read_start_s", "START_SAMPLES", "START_PAUSE_S", "START_BYTES"]
 
 # Logical block sizes are 512 or 4096 bytes; aligning to 4096 satisfies both.
 ALIGN_BYTES = 4096
@@ -228,6 +229,50 @@ class DirectReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The first read after idle (``first_read_times``): how many, after what pause, of how much.
+START_SAMPLES = 7
+START_PAUSE_S = 0.1
+START_BYTES = 2 * 2**20
+
+
+def first_read_times(extents: Sequence[Extent], block_bytes: int, cache_bypass: bool = True,
+                     pause_s: float = START_PAUSE_S, sleep: Optional[Callable[[float], None]] = None,
+                     clock: Optional[Callable[[], float]] = None) -> list[float]:
+    """Seconds each extent took as the first read of a new reader made after ``pause_s`` idle,
+    one extent after the other: what a worker's init read is (its process idle since setup, its
+    reader new).
+
+    Why: a worker's init read of a few MiB measured 0.3-1.5 ms beyond its bytes at the data
+    set's rate (the sequential inits of the held-out draws of 2026-12-05, one reader at a time),
+    while one reader reading the first 1-16 MiB of every file back to back read at the full rate
+    with no start cost at all (0.06 ms fitted, 2026-12-05 03:55). A new reader after a pause read
+    2 MiB in 1.03-1.13 ms where back to back it took 0.70 (0.64 at the rate), and a fresh
+    process's first read 1.01 ms; so the cost is the first read after idle, not a file's."""
+    import time
+    sleep = sleep or time.sleep
+    clock = clock or time.perf_counter
+    out = []
+    for extent in extents:
+        sleep(pause_s)
+        with DirectReader(block_bytes, cache_bypass) as reader:
+            t0 = clock()
+            reader.read_plan([extent])
+            out.append(clock() - t0)
+    return out
+
+
+def read_start_s(times: Sequence[float], nbytes: int, bytes_per_s: float) -> float:
+    """What a first read after idle costs beyond its bytes at ``bytes_per_s`` (the single
+    reader's rate the model reads with): the median of ``times`` less ``nbytes / bytes_per_s``,
+    never below 0; 0 without times (pure)."""
+    if not times or bytes_per_s <= 0:
+        return 0.0
+    ordered = sorted(times)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return max(0.0, median - nbytes / bytes_per_s)
 
 
 class StepReader:

@@ -50,6 +50,11 @@ class DiskProfile:
     # Random 4 KiB reads by k concurrent readers -> the IOPS they get together (empty: not
     # measured, profiles before it; random step reads then share the disk at rate 1).
     rand_read_iops_by_readers: dict[int, float] = dataclasses.field(default_factory=dict)
+    # What a worker's init read costs beyond its bytes at the single reader's rate: the first
+    # read of a new reader after its process sat idle (``diskio.first_read_times``, median of
+    # 7 reads of 2 MiB after 0.1 s each, less their bytes at ``seq_read_bytes_per_s[1]``).
+    # 0: not measured (profiles before calibration version 27).
+    read_start_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.seq_read_bytes_per_s:
@@ -59,6 +64,9 @@ class DiskProfile:
         object.__setattr__(self, "rand_read_iops", {int(k): float(v) for k, v in self.rand_read_iops.items()})
         object.__setattr__(self, "rand_read_iops_by_readers",
                            _by_readers("rand_read_iops_by_readers", self.rand_read_iops_by_readers, "readers >= 1 and IOPS > 0"))
+        if not self.read_start_s >= 0:
+            raise ValueError(f"read_start_s must be >= 0, got {self.read_start_s!r}")
+        object.__setattr__(self, "read_start_s", float(self.read_start_s))
 
     def aggregate_bandwidth(self, readers: int) -> float:
         """Aggregate bandwidth of ``readers`` concurrent readers, interpolated on the measured

@@ -216,7 +216,8 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     top = max(disk.seq_read_bytes_per_s.values()) / single
     return simulate_init(workers, init_read_bytes(config, workers) / single,
                          lambda j: disk.aggregate_bandwidth(j) / single, top,
-                         _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k))
+                         _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k),
+                         disk.read_start_s)
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

@@ -271,13 +271,15 @@ class _Gate:
 
 
 def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top_rate: float,
-                  sequential: bool, call_s: float, gate_s: Callable[[int], float]) -> float:
+                  sequential: bool, call_s: float, gate_s: Callable[[int], float], start_s: float = 0.0) -> float:
     """The init phase: the driver's call ``call_s``, then every worker reads ``read_s`` of work
     alone on the disk, through the gate one after another or all at once, sharing the disk by
     its concurrency curve ``rate``. Through the gate (``sequential``), ``gate_s(k)`` is what the
     gate's first k turns cost beyond the reads (``terms.init_gate_s``): worker i's turn, taking
     the token and handing it on, is ``gate_s(i + 1) - gate_s(i)``, spent on the critical path
-    before its read."""
+    before its read. ``start_s``: what each read costs before its bytes (the first read after
+    idle, ``DiskProfile.read_start_s``), a wait of its own, not the disk's (inside the token's
+    hold when sequential)."""
     if read_s <= 0:
         return call_s
     env = simpy.Environment()
@@ -288,6 +290,8 @@ def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top
         if gate is not None:
             yield gate.acquire(index)          # init_wait
             yield env.timeout(max(0.0, gate_s(index + 1) - gate_s(index)))  # the turn
+        if start_s > 0:
+            yield env.timeout(start_s)         # init_read: the first read after idle
         yield disk.serve(read_s)               # init_read
         if gate is not None:
             gate.release(index)

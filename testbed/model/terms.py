@@ -515,7 +515,9 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
 
     ideal (the initial family): every worker reads alone at single-stream bandwidth, so V / B(1).
     Otherwise: sequential init takes N V / B(1); parallel init takes N V / B(N), B(N) the
-    aggregate bandwidth measured with N concurrent readers.
+    aggregate bandwidth measured with N concurrent readers; each read also pays the first read's
+    start after idle (``DiskProfile.read_start_s``): N of them in turn when sequential, one
+    (side by side) when parallel.
     """
     # The driver's call that starts the phase (and waits for its end) costs its calibrated
     # time even with nothing to read.
@@ -528,5 +530,5 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
         return v / disk.single_stream_bytes_per_s
     if _value(config.data.init_io) == "sequential":
         # Each worker takes the gate's token, reads alone, and hands it on (init_gate_s).
-        return call + init_gate_s(profile, workers) + workers * v / disk.single_stream_bytes_per_s
-    return call + workers * v / disk.aggregate_bandwidth(workers)
+        return call + init_gate_s(profile, workers) + workers * (disk.read_start_s + v / disk.single_stream_bytes_per_s)
+    return call + disk.read_start_s + workers * v / disk.aggregate_bandwidth(workers)

@@ -76,6 +76,8 @@ def _disk_rows(label: str, disk: DiskProfile) -> list[tuple[str, str]]:
              for block, iops in sorted(disk.rand_read_iops.items())]
     rows += [(f"{label} random read 4 KiB, {k} reader(s)", f"{iops:,.0f} IOPS")
              for k, iops in disk.rand_read_iops_by_readers.items() if k > 1]
+    if disk.read_start_s > 0:
+        rows += [(f"{label} first read after idle, beyond its bytes", format_seconds(disk.read_start_s))]
     return rows + [(f"{label} figures from", f"{disk.source} ({disk.fs_type or '?'})")]
 
 

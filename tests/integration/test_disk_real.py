@@ -106,6 +106,8 @@ def test_calibration_with_fio(disk_dir: Path, fio_path: str) -> None:
     assert load_disk_profile(out) == profile
     assert list((disk_dir / "cal").iterdir()) == []  # the calibration file is gone
     assert any("sequential read, 3 concurrent" in m for m in messages)
+    # the first reads after idle, by the testbed's reader on the same file: a figure >= 0
+    assert any("first reads after idle (7 x" in m for m in messages) and profile.read_start_s >= 0.0
     # random 4 KiB reads by 2 and 3 fio jobs at once, the single reader's figure at 1
     assert sorted(profile.rand_read_iops_by_readers) == [1, 2, 3]
     assert profile.rand_read_iops_by_readers[1] == profile.rand_read_iops[4096]
@@ -146,3 +148,17 @@ def test_the_reader_and_fio_measure_one_file_written_once(disk_dir: Path, fio_pa
     assert ref.source == "fio" and ref.seq_read_bytes_per_s[1] > 0
     assert sum(line.startswith("writing a") for line in said) == 1  # the second read what the first wrote
     assert not path.exists()  # and, not asked to keep it, removed it
+
+
+def test_first_reads_after_idle_reach_the_disk(disk_dir: Path) -> None:
+    # Seven first reads by new readers after a pause each, on a real disk with the page cache
+    # bypassed: every one read (a time each, each at least the bytes at any plausible rate's
+    # worth of a real read: more than 0) and their start is a finite figure >= 0.
+    from testbed.data.diskio import START_BYTES, first_read_times, read_start_s
+    path = disk_dir / "first.bin"
+    write_random_file(path, 16 * MiB, seed=3)
+    extents = [(str(path), k * 2 * MiB, START_BYTES) for k in range(7)]
+    times = first_read_times(extents, MiB, cache_bypass=True, pause_s=0.02)
+    assert len(times) == 7 and all(t > 0 for t in times)
+    start = read_start_s(times, START_BYTES, 3e9)
+    assert 0.0 <= start < 1.0

@@ -166,8 +166,10 @@ def test_same_seed_same_result_and_the_seed_matters():
                                           ("full", "parallel")])
 @pytest.mark.parametrize("gate", [{}, {1: 0.004, 2: 0.007, 8: 0.03}])
 @pytest.mark.parametrize("workers", [1, 4, 11])
-def test_init_through_the_gate_equals_the_closed_form(partition, io, gate, workers):
+@pytest.mark.parametrize("start", [0.0, 0.0005])
+def test_init_through_the_gate_equals_the_closed_form(partition, io, gate, workers, start):
     prof = dataclasses.replace(profile(), init_gate_s_by_workers=gate)
+    prof = dataclasses.replace(prof, disk=dataclasses.replace(prof.disk, read_start_s=start))
     cfg = config(workers=workers, workload={"steps": 10, "dataset_bytes": 1_000_000},
                  data={"partition": partition, "init_io": io})
     p = predict(cfg, prof, ModelFamily.SIMULATED)
@@ -176,7 +178,19 @@ def test_init_through_the_gate_equals_the_closed_form(partition, io, gate, worke
         # the calibrated gate's turns, not two call latencies a worker
         plain = predict(cfg, profile(), ModelFamily.SIMULATED).init_s
         turns = init_gate_s(prof, workers) - 2 * workers * prof.actor_call_latency_s
-        assert p.init_s - plain == pytest.approx(turns, rel=1e-9)
+        assert p.init_s - plain == pytest.approx(turns + workers * start, rel=1e-9)
+
+
+@pytest.mark.parametrize("io,starts", [("sequential", 11), ("parallel", 1)])
+def test_the_first_read_after_idle_is_paid_by_every_reader_in_turn_or_once_side_by_side(io, starts):
+    # 11 workers: through the gate the starts add up; all at once they overlap (a wait each,
+    # not the disk's work, so a start is not shared out like the bytes are)
+    base = profile()
+    slow = dataclasses.replace(base, disk=dataclasses.replace(base.disk, read_start_s=0.002))
+    cfg = config(workers=11, workload={"steps": 10, "dataset_bytes": 8_000_000}, data={"init_io": io})
+    for family in (ModelFamily.SIMULATED, ModelFamily.QUEUEING):
+        added = predict(cfg, slow, family).init_s - predict(cfg, base, family).init_s
+        assert added == pytest.approx(starts * 0.002, rel=1e-6)
 
 
 def test_processor_sharing_resource():
