@@ -238,11 +238,11 @@ def measure_read_start(path: Path, file_bytes: int, block_bytes: int, cache_bypa
     """``DiskProfile.read_start_s`` on the calibration file: ``START_SAMPLES`` first reads of
     ``START_BYTES`` by new readers after ``START_PAUSE_S`` idle, at offsets spread over the
     file (each a region not read just before), against ``bytes_per_s`` (~0.7 s)."""
-    nbytes = min(START_BYTES, file_bytes // START_SAMPLES // ALIGN_BYTES * ALIGN_BYTES)
+    stride = file_bytes // START_SAMPLES // ALIGN_BYTES * ALIGN_BYTES
+    nbytes = min(START_BYTES, stride)
     if nbytes <= 0:
         return 0.0
     say(f"first reads after idle ({START_SAMPLES} x {nbytes // 1024} KiB)")
-    stride = file_bytes // START_SAMPLES // ALIGN_BYTES * ALIGN_BYTES
     extents = [(str(path), k * stride, nbytes) for k in range(START_SAMPLES)]
     return read_start_s(first_read_times(extents, block_bytes, cache_bypass, START_PAUSE_S), nbytes, bytes_per_s)
 

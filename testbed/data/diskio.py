@@ -21,6 +21,7 @@ import ctypes
 import errno
 import mmap
 import os
+import statistics
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -269,10 +270,7 @@ def read_start_s(times: Sequence[float], nbytes: int, bytes_per_s: float) -> flo
     never below 0; 0 without times (pure)."""
     if not times or bytes_per_s <= 0:
         return 0.0
-    ordered = sorted(times)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return max(0.0, median - nbytes / bytes_per_s)
+    return max(0.0, statistics.median(times) - nbytes / bytes_per_s)
 
 
 class StepReader:

@@ -152,8 +152,8 @@ def test_the_reader_and_fio_measure_one_file_written_once(disk_dir: Path, fio_pa
 
 def test_first_reads_after_idle_reach_the_disk(disk_dir: Path) -> None:
     # Seven first reads by new readers after a pause each, on a real disk with the page cache
-    # bypassed: every one read (a time each, each at least the bytes at any plausible rate's
-    # worth of a real read: more than 0) and their start is a finite figure >= 0.
+    # bypassed: a time for every extent, each one a real read (more than 0), and their start
+    # against a plausible rate a finite figure >= 0.
     from testbed.data.diskio import START_BYTES, first_read_times, read_start_s
     path = disk_dir / "first.bin"
     write_random_file(path, 16 * MiB, seed=3)
