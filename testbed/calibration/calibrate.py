@@ -91,8 +91,9 @@ Progress = Callable[[str], None]
 # (``SchedulerCosts.sleep_overshoot_s``: an emulated apply's sleep ends that late); 25: the first
 # wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time);
 # 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``); 27: the disk's first read
-# after idle (``DiskProfile.read_start_s``, ``disk.measure_read_start``)
-CALIBRATION_VERSION = 27
+# after idle (``DiskProfile.read_start_s``, ``disk.measure_read_start``); 28: the step reader's own
+# work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell
+CALIBRATION_VERSION = 28
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 

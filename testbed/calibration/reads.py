@@ -7,6 +7,11 @@ reads"). So one actor (``actors.readprobe.ReadProbe``, the workers' own ``StepRe
 writes a file in the data directory and measures, sequentially and at random:
 
 - the read back to back, at each size of ``SIZES_BYTES`` (a stream of ``HOT_REPEATS``);
+- a random minibatch of ``BATCH_SAMPLES`` samples of ``PAUSED_BYTES`` back to back, beside the
+  stream of single samples of that size: a step read of one sample holds the reader's own
+  work once (drawing the positions, building the plan), and the later samples of a minibatch
+  don't pay it again, so the minibatch's extra samples say what a sample costs alone and the
+  rest of a single-sample read is that work (``step_overhead``);
 - the read of ``PAUSED_BYTES`` after a sleep of each pause of ``PAUSES_S`` (``ROUNDS``
   reads, in runs of steady pauses as a worker's steps come: see ``ReadProbe.sweep_s``).
 
@@ -34,8 +39,8 @@ from typing import Callable, Sequence
 from testbed.model.curves import pooled_means
 from testbed.model.reads import READ_ORDERS, StepReadCosts, paused_curves
 
-__all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "sweep_cells",
-           "step_reads_from_sweep", "monotone_in_pause", "monotone_in_size", "measure_step_reads"]
+__all__ = ["SIZES_BYTES", "PAUSED_BYTES", "PAUSES_S", "QUICK_PAUSES_S", "FILE_BYTES", "BATCH_SAMPLES", "sweep_cells",
+           "step_overhead", "step_reads_from_sweep", "monotone_in_pause", "monotone_in_size", "measure_step_reads"]
 
 KIB, MIB = 2**10, 2**20
 # A 4 KiB sample, a small minibatch and a reader's block (16 times apart): a step's read lies
@@ -46,15 +51,32 @@ PAUSED_BYTES = 4 * KIB
 PAUSES_S = (0.005, 0.02, 0.1)
 QUICK_PAUSES_S = (0.02,)
 FILE_BYTES = 64 * MIB
-HOT_REPEATS = 40
+# 40 reads a cell once: their means of 4 KiB random reads spanned 71-116 us within one minute,
+# and a random step read multiplies that mean by its minibatch less one. 200 reads cost ~0.2 s.
+HOT_REPEATS = 200
+BATCH_SAMPLES = 8
 ROUNDS, QUICK_ROUNDS = 20, 6  # 20 reads after each of 2 x 125 ms of pauses, and warm-ups: 6 s
 
 
-def sweep_cells(pauses_s: Sequence[float] = PAUSES_S) -> tuple[list[tuple[str, int]], list[tuple[str, int, float]]]:
-    """The back-to-back cells (order, bytes) and the paused cells (order, bytes, pause)."""
-    hot = [(order, n) for order in READ_ORDERS for n in SIZES_BYTES]
+def sweep_cells(pauses_s: Sequence[float] = PAUSES_S) -> tuple[list[tuple], list[tuple[str, int, float]]]:
+    """The back-to-back cells ((order, bytes), and the random minibatch (order, bytes,
+    samples)) and the paused cells (order, bytes, pause)."""
+    hot: list[tuple] = [(order, n) for order in READ_ORDERS for n in SIZES_BYTES]
+    hot.append(("random", PAUSED_BYTES, BATCH_SAMPLES))
     paused = [(order, PAUSED_BYTES, p) for order in READ_ORDERS for p in pauses_s]
     return hot, paused
+
+
+def step_overhead(single_s: Sequence[float], batch_s: Sequence[float], samples: int) -> float:
+    """The reader's own work once per step read, from back-to-back step reads of one sample
+    (``single_s``) and of ``samples`` samples (``batch_s``) of the same size and order: a
+    sample alone costs the batch's extra over the single read, per extra sample, and the
+    single read's rest is the step's own work. Never below 0 or above the single read."""
+    if samples < 2 or not single_s or not batch_s:
+        return 0.0
+    single, batch = _mean(single_s), _mean(batch_s)
+    alone = max(0.0, (batch - single) / (samples - 1))
+    return min(single, max(0.0, single - alone))
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -84,7 +106,7 @@ def monotone_in_size(means: dict[tuple[str, int], tuple[float, int]]) -> dict[tu
     return out
 
 
-def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[Sequence[float]],
+def step_reads_from_sweep(hot_cells: Sequence[tuple], hot_s: Sequence[Sequence[float]],
                           paused_cells: Sequence[tuple[str, int, float]], paused_s: Sequence[Sequence[float]], *,
                           block_bytes: int, directory: str, pause_kind: str = "sleep",
                           source: str = "testbed-reader in an actor") -> StepReadCosts:
@@ -92,8 +114,14 @@ def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[
     back-to-back means (pause 0) and, per pause, those means plus the wake-up measured at the
     paused size (its paused mean less its back-to-back mean, never below 0, and never smaller
     after a longer pause: ``monotone_in_pause``); the back-to-back means never smaller at a
-    larger size (``monotone_in_size``)."""
-    hot = monotone_in_size({(order, n): (_mean(xs), len(xs)) for (order, n), xs in zip(hot_cells, hot_s) if xs})
+    larger size (``monotone_in_size``); and the reader's own work per step read from the
+    random minibatch's cell beside its single samples' (``step_overhead``)."""
+    single = {(c[0], c[1]): xs for c, xs in zip(hot_cells, hot_s) if (len(c) < 3 or c[2] == 1)}
+    batches = [(c, xs) for c, xs in zip(hot_cells, hot_s) if len(c) > 2 and c[2] > 1]
+    overhead = 0.0
+    for (order, n, samples), xs in batches:
+        overhead = step_overhead(single.get((order, n), ()), xs, samples)
+    hot = monotone_in_size({key: (_mean(xs), len(xs)) for key, xs in single.items() if xs})
     rows = [(order, 0.0, n, t) for (order, n), t in hot.items()]
     for order in READ_ORDERS:
         wakes = [(pause, max(0.0, _mean(xs) - hot[o, n]), len(xs))
@@ -101,7 +129,7 @@ def step_reads_from_sweep(hot_cells: Sequence[tuple[str, int]], hot_s: Sequence[
         for (pause, _, _), wake in zip(sorted(wakes), monotone_in_pause(wakes)):
             rows += [(o, pause, size, t + wake) for (o, size), t in hot.items() if o == order]
     return StepReadCosts(paused_curves(rows), block_bytes=block_bytes, pause_kind=pause_kind,
-                         directory=directory, source=source)
+                         directory=directory, source=source, step_overhead_s=overhead)
 
 
 def measure_step_reads(directory: str, *, quick: bool = False, block_bytes: int = MIB, cache_bypass: bool = True,

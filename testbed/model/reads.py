@@ -13,7 +13,9 @@ for it, and 1 us for a sequential one. So calibration measures the read itself, 
   many bytes, the first after a pause of ``pause_s`` (0: back to back);
 - ``step_read_s`` turns them into a step's read: ``sequential`` reads the minibatch as one
   contiguous range, so one read of minibatch x sample bytes after the pause; ``random``
-  reads minibatch separate samples, the first after the pause and the rest back to back.
+  reads minibatch separate samples, the first after the pause and the rest back to back,
+  each of those less the reader's own work once per step (``step_overhead_s``: a curve's
+  read is a step read of one sample, and the later samples of a minibatch don't pay it again).
 
 Between the measured pauses the time is linear in the pause; beyond the longest it stays
 at the longest's (the device is as asleep as it gets), and within a curve it is linear in
@@ -59,6 +61,10 @@ class StepReadCosts:
     pause_kind: str = "sleep"          # what the probe did in the pause (sleep: the CPU idles)
     directory: str = ""
     source: str = "testbed-reader in an actor"
+    # The reader's own work once per step read (drawing the positions, building the plan):
+    # every back-to-back mean holds it once, and a random minibatch's later samples don't pay
+    # it again (0: not measured, calibrations before version 28).
+    step_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         curves = tuple(c if isinstance(c, PausedReadCurve) else PausedReadCurve(**c) for c in self.curves)
@@ -68,6 +74,10 @@ class StepReadCosts:
         if len(set(keys)) != len(keys):
             raise ValueError(f"step read costs: an (order, pause) twice: {keys}")
         object.__setattr__(self, "curves", tuple(sorted(curves, key=lambda c: (c.order, c.pause_s))))
+        overhead = float(self.step_overhead_s)
+        if not (overhead >= 0 and overhead < float("inf")):
+            raise ValueError(f"step read costs: step_overhead_s must be finite and >= 0, got {self.step_overhead_s}")
+        object.__setattr__(self, "step_overhead_s", overhead)
 
     def orders(self) -> tuple[str, ...]:
         return tuple(sorted({c.order for c in self.curves}))
@@ -97,7 +107,8 @@ class StepReadCosts:
         if order == "sequential":
             return self.read_s(order, minibatch * sample_bytes, pause_s)
         first = self.read_s(order, sample_bytes, pause_s)
-        return first + (minibatch - 1) * self.read_s(order, sample_bytes, 0.0)
+        later = max(0.0, self.read_s(order, sample_bytes, 0.0) - self.step_overhead_s)
+        return first + (minibatch - 1) * later
 
 
 def coerce_step_reads(value: Optional[Any]) -> Optional[StepReadCosts]:

@@ -50,3 +50,11 @@ def test_a_paused_read_is_never_predicted_below_the_back_to_back_one(measured):
         # a step's read of 8 random samples: one after the pause, seven back to back
         step = measured.step_read_s(order, 4096, 8, 0.02)
         assert step >= measured.read_s(order, 4096, 0.02)
+
+
+def test_the_readers_own_work_per_step_is_measured_and_smaller_than_a_read(measured):
+    # a step read draws its positions and builds its plan once, whatever its minibatch: part of
+    # a single sample's read, not of a random minibatch's later samples
+    single = measured.read_s("random", 4096, 0.0)
+    assert 0.0 < measured.step_overhead_s < single
+    assert measured.step_read_s("random", 4096, 8, 0.0) < 8 * single

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from actors.readprobe import ReadProbe
-from testbed.calibration.reads import PAUSED_BYTES, SIZES_BYTES, step_reads_from_sweep, sweep_cells
+from testbed.calibration.reads import BATCH_SAMPLES, PAUSED_BYTES, SIZES_BYTES, step_reads_from_sweep, sweep_cells
 from testbed.model import predict
 from testbed.model.curves import SizeCurve
 from testbed.model.profile import HardwareProfile, load_profile, save_profile
@@ -137,8 +137,10 @@ def test_every_family_predicts_one_workers_read_from_the_curves(family):
 
 def test_the_sweep_makes_each_pauses_curve_the_back_to_back_one_plus_the_wake_up():
     hot_cells, paused_cells = sweep_cells((0.005, 0.1))
-    assert len(hot_cells) == 2 * len(SIZES_BYTES) and all(n == PAUSED_BYTES for _, n, _ in paused_cells)
-    hot_s = [[(50 + i) * US] * 3 for i in range(len(hot_cells))]
+    assert len(hot_cells) == 2 * len(SIZES_BYTES) + 1 and all(n == PAUSED_BYTES for _, n, _ in paused_cells)
+    assert hot_cells[-1] == ("random", PAUSED_BYTES, BATCH_SAMPLES)
+    hot_s = [[(50 + i) * US] * 3 for i in range(len(hot_cells) - 1)]
+    hot_s.append([(53 + 7 * 40) * US] * 3)  # 8 random samples of 4 KiB: the single one's 53 us, then 40 us each
     # sequential 4 KiB after 5 ms: 80 us; after 100 ms 200 us; random: 40 us (below back to back: no wake-up)
     means = {("sequential", 0.005): 80, ("sequential", 0.1): 200, ("random", 0.005): 40, ("random", 0.1): 300}
     paused_s = [[means[o, p] * US, means[o, p] * US] for o, _, p in paused_cells]
@@ -150,14 +152,44 @@ def test_the_sweep_makes_each_pauses_curve_the_back_to_back_one_plus_the_wake_up
     assert c.read_s("random", 4 * KIB, 0.005) == pytest.approx(random_4k * US)
     assert c.read_s("random", 4 * KIB, 0.1) == pytest.approx(300 * US)
     assert len(c.curves) == 2 * 3 and c.source.startswith("testbed-reader")
+    # the reader's own work once per step read: 53 us a single sample, of which 40 us the sample
+    assert c.step_overhead_s == pytest.approx(13 * US)
+    assert c.step_read_s("random", 4 * KIB, 8, 0.1) == pytest.approx((300 + 7 * 40) * US)
+    # a sequential step read is one contiguous read: no later samples, nothing taken off
+    assert c.step_read_s("sequential", 4 * KIB, 8, 0.0) == pytest.approx(c.read_s("sequential", 32 * KIB, 0.0))
+
+
+def test_the_step_overhead_is_the_single_reads_rest_and_stays_within_it():
+    from testbed.calibration.reads import step_overhead
+    assert step_overhead([100 * US] * 4, [(100 + 7 * 70) * US] * 4, 8) == pytest.approx(30 * US)
+    # a batch no dearer than the single read (noise): the single read is all the step's own work
+    assert step_overhead([100 * US], [90 * US], 8) == pytest.approx(100 * US)
+    # samples dearer alone than the single read: no overhead, never negative
+    assert step_overhead([100 * US], [(100 + 7 * 150) * US], 8) == 0.0
+    assert step_overhead([], [1e-3], 8) == 0.0 and step_overhead([1e-4], [1e-3], 1) == 0.0
+
+
+def test_a_profile_before_version_28_takes_nothing_off_and_a_bad_overhead_is_refused():
+    old = costs()
+    assert old.step_overhead_s == 0.0
+    assert old.step_read_s("random", 4 * KIB, 8, 0.0) == pytest.approx(8 * old.read_s("random", 4 * KIB, 0.0))
+    newer = dataclasses.replace(old, step_overhead_s=old.read_s("random", 4 * KIB, 0.0) / 2)
+    assert newer.step_read_s("random", 4 * KIB, 8, 0.0) == pytest.approx(4.5 * old.read_s("random", 4 * KIB, 0.0))
+    # saved and loaded as a dict
+    assert coerce_step_reads(dataclasses.asdict(newer)).step_overhead_s == newer.step_overhead_s
+    with pytest.raises(ValueError, match="step_overhead_s"):
+        dataclasses.replace(old, step_overhead_s=-1e-6)
 
 
 def test_the_probe_times_paused_reads_from_its_own_file_and_removes_it(tmp_path):
-    hot_cells, paused_cells = [("sequential", 4 * KIB), ("random", 64 * KIB)], [("random", 4 * KIB, 0.001)]
+    hot_cells = [("sequential", 4 * KIB), ("random", 64 * KIB), ("random", 64 * KIB, 8)]
+    paused_cells = [("random", 4 * KIB, 0.001)]
     hot, paused, mode = ReadProbe().sweep_s(str(tmp_path), 4 * MIB, hot_cells, paused_cells, hot_repeats=5,
                                             rounds=4)
     assert mode in ("o_direct", "fadvise")
-    assert [len(x) for x in hot] == [5, 5] and [len(x) for x in paused] == [4]
+    assert [len(x) for x in hot] == [5, 5, 5] and [len(x) for x in paused] == [4]
+    # eight random samples of 64 KiB a step read take longer than one
+    assert sum(hot[2]) > sum(hot[1])
     assert all(s > 0 for xs in hot + paused for s in xs)
     assert list(tmp_path.iterdir()) == []
     # spinning in the pause instead of sleeping: the same reads
@@ -196,7 +228,7 @@ def test_a_larger_read_never_costs_less_than_a_smaller_one():
     # after the pause) never below one of a single sample after the same pause
     hot_cells, paused_cells = sweep_cells((0.02,))
     raw = {4 * KIB: 370, 64 * KIB: 350, MIB: 900}
-    hot_s = [[raw[n] * US] * 40 for _, n in hot_cells]
+    hot_s = [[raw[c[1]] * US * (c[2] if len(c) > 2 else 1)] * 40 for c in hot_cells]
     paused_s = [[500 * US] * 30 for _ in paused_cells]
     c = step_reads_from_sweep(hot_cells, hot_s, paused_cells, paused_s, block_bytes=MIB, directory="d")
     for order in ("sequential", "random"):
