@@ -46,6 +46,14 @@ class Echo:
     def f(self, x: Any = None) -> int:
         return 0
 
+    def held(self, hold_s: float) -> int:
+        """Returns after busy-waiting ``hold_s``: a call its callee holds that long (a shard
+        applying, or a sync pull waiting for its round), without a sleep's own late wake-up."""
+        if hold_s > 0:
+            from testbed.emulation.compute import spin
+            spin(hold_s)
+        return 0
+
     def get_s(self, refs: list[Any]) -> float:
         """Seconds to fetch ``refs[0]`` from the object store into this process (a shard
         getting a pushed slice; the list keeps Ray from resolving the reference first)."""
@@ -91,6 +99,21 @@ class Probe:
             t0 = time.perf_counter()
             ray.get(target.f.remote())
             out.append(time.perf_counter() - t0)
+        return out
+
+    def held_calls_s(self, target: Any, holds_s: list[float], repeats: int, pause_s: float) -> dict[float, list[float]]:
+        """For each hold, ``repeats`` calls to ``target.held`` after ``pause_s`` idle each: the
+        seconds each took beyond its hold. The holds in turn, forwards then backwards, so that a
+        slow spell of the machine falls on several of them."""
+        import ray
+        out: dict[float, list[float]] = {float(h): [] for h in holds_s}
+        order = [float(h) for h in holds_s]
+        for n in range(repeats):
+            for hold in order if n % 2 == 0 else order[::-1]:
+                time.sleep(pause_s)
+                t0 = time.perf_counter()
+                ray.get(target.held.remote(hold))
+                out[hold].append(time.perf_counter() - t0 - hold)
         return out
 
     def queued_calls(self, target: Any, rounds: int, in_flight: int) -> int:

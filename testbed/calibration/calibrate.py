@@ -92,8 +92,13 @@ Progress = Callable[[str], None]
 # wake after a spin apart from the next ones (``SchedulerCosts.wake_first_s``; same probe, same time);
 # 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``); 27: the disk's first read
 # after idle (``DiskProfile.read_start_s``, ``disk.measure_read_start``); 28: the step reader's own
-# work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell
-CALIBRATION_VERSION = 28
+# work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell;
+# 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``)
+CALIBRATION_VERSION = 29
+# A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
+# calls per hold (~0.8 s in all).
+REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)
+REPLY_REPEATS = 9
 # The pause between calls while calibrating: a typical per-step compute time.
 CALL_PAUSE_S = 0.005
 
@@ -354,6 +359,10 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
     probe, echo = probe_cls.remote(), echo_cls.remote()
     ray.get([probe.cpu_s.remote(), echo.cpu_s.remote()])
     calls = _measure_calls(probe, echo, quick, progress)
+    progress("a reply to a caller held waiting")
+    from testbed.calibration.scheduler import reply_wake_from_calls
+    held = ray.get(probe.held_calls_s.remote(echo, list(REPLY_HOLDS_S), 3 if quick else REPLY_REPEATS, CALL_PAUSE_S))
+    calls["reply_wake_s"] = reply_wake_from_calls(held)
     progress("matmul FLOP rate and gradient production")
     flops = ray.get(probe.matmul_flops_per_s.remote(384))
     fill_bps = ray.get(probe.fill_bytes_per_s.remote(16 * 2**20))
@@ -460,6 +469,9 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             (target / name).unlink(missing_ok=True)
     cores = _node_cores(identity)
     figures.pop("details")
+    reply_wake = figures.pop("reply_wake_s", ())
+    if figures.get("scheduler") is not None:
+        figures["scheduler"] = dataclasses.replace(figures["scheduler"], reply_wake_s=reply_wake)
     profile = HardwareProfile(
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
         disk=disk, disk_reference=reference, **figures,

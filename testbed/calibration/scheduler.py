@@ -8,7 +8,7 @@ from typing import Callable
 
 from testbed.model.scheduler import SchedulerCosts, monotone
 
-__all__ = ["measure_scheduler", "LOADS", "QUICK_LOADS", "SPIN_S"]
+__all__ = ["measure_scheduler", "reply_wake_from_calls", "LOADS", "QUICK_LOADS", "SPIN_S"]
 
 LOADS = (0, 1, 2, 4, 8, 16)           # CPU-bound processes besides the probe, per core
 QUICK_LOADS = (0, 2, 8)
@@ -35,3 +35,17 @@ def measure_scheduler(cores: int, *, quick: bool = False,
                           wake_first_s=monotone(raw.get("wake_first_s", ())),
                           cores=cores, spin_s=SPIN_S, samples=QUICK_SAMPLES if quick else SAMPLES,
                           sleep_overshoot_s=float(raw.get("sleep_overshoot_s", 0.0)))
+
+
+def reply_wake_from_calls(held_s: dict[float, list[float]]) -> tuple[tuple[float, float], ...]:
+    """``{hold: [seconds beyond the hold, ...]}`` (``Probe.held_calls_s``) as the points of
+    ``SchedulerCosts.reply_wake_s``: per hold, the median call beyond its hold less the median
+    of the calls answered at once (hold 0), non-decreasing in the hold (``monotone``: a longer
+    wait never found the caller more awake; a dip is noise). Empty without the hold 0."""
+    import statistics
+    base = held_s.get(0.0)
+    if not base:
+        return ()
+    rest = statistics.median(base)
+    return monotone([(hold, statistics.median(xs) - rest) for hold, xs in held_s.items() if xs])
+

@@ -93,9 +93,14 @@ class SchedulerCosts:
     spin_s: float = 0.02             # the busy-wait the overshoot was measured on
     samples: int = 0                 # samples per load
     sleep_overshoot_s: float = 0.0   # 0: not measured (before calibration version 24)
+    # A call's reply to a caller blocked on it: over how long the callee held the call
+    # (seconds, the x of each point), what the call took beyond that, less a call answered at
+    # once, on the idle node (calibration version 29; empty before: not modelled).
+    reply_wake_s: Points = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spin_overshoot_s", _points("spin_overshoot_s", self.spin_overshoot_s))
+        object.__setattr__(self, "reply_wake_s", _points("reply_wake_s", self.reply_wake_s))
         object.__setattr__(self, "wake_s", _points("wake_s", self.wake_s))
         object.__setattr__(self, "wake_first_s", _points("wake_first_s", self.wake_first_s))
         late = float(self.sleep_overshoot_s)

@@ -31,6 +31,7 @@ from typing import Iterator, Optional
 import numpy as np
 import simpy
 
+from testbed.model.scheduler import load_curve_at
 from testbed.model.simkit import Mutex, SharedRate, Tally, cores_rate, multipliers_rate
 
 __all__ = ["SimSpec", "Node", "Service", "SimShard", "SimClock", "SimClient", "QUEUE", "APPLY", "PUSH_SERVER",
@@ -128,6 +129,17 @@ class SimSpec:
     # returning call's reply does not wait for every dispatch queued before it (docs/model.md,
     # "A shard's interpreter, handed on at random").
     gil_handoff: str = "fifo"
+    # A reply that finds its caller long blocked (``SchedulerCosts.reply_wake_s``): over how long
+    # the call was held at the shards, the seconds beyond a call answered at once, as
+    # (held_s, seconds) points; the calibrated calls already hold the wake of a call held as
+    # long as one alone is (``*_alone_s``, the shards' services of that call at one worker
+    # without the emulated apply's sleep), so a call pays only the wake beyond that. Taken while
+    # a core is idle (a blocked process's core idles and its wake-up costs; with every core
+    # busy the caller waits for its turn instead, which this does not hold). Empty: not modelled.
+    reply_wake: tuple[tuple[float, float], ...] = ()
+    push_alone_s: float = 0.0       # a plain push's shard time alone (dispatch and apply CPU)
+    push_pull_alone_s: float = 0.0  # a push with its pull (dispatch, apply CPU, copy)
+    pull_alone_s: float = 0.0       # a pull of its own (dispatch and copy)
 
 
 class Node:
@@ -404,6 +416,17 @@ class SimClient:
         if self.env.now < until:
             yield self.env.timeout(until - self.env.now)
 
+    def _woken(self, start: float, alone_s: float) -> Iterator[simpy.Event]:
+        """The caller's wake-up for a reply to a call held at the shards since ``start``, beyond
+        that of a call held ``alone_s`` (``SimSpec.reply_wake``), while a core idles."""
+        spec = self.spec
+        if not spec.reply_wake:
+            return
+        extra = load_curve_at(spec.reply_wake, self.env.now - start) - load_curve_at(spec.reply_wake, alone_s)
+        cores = self.node.cores
+        if extra > 0 and cores.present - cores.unwaited < spec.cores:
+            yield self.env.timeout(extra)
+
     def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
         """A plain push (``RayServerClient.push``): its pull not due, a call of its own, over when
         its answer is back."""
@@ -412,6 +435,7 @@ class SimClient:
         yield from self._all([s.push(worker, step) for s in self.shards])
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
+        yield from self._woken(start, self.spec.push_alone_s)
         yield from self._side(self.spec.push_return_cpu_s, self.spec.push_return_wire_s)
 
     def push_pull(self, worker: int, step: int) -> Iterator[simpy.Event]:
@@ -425,6 +449,7 @@ class SimClient:
             # The gradient left over the worker's link, then the parameters came in over it.
             pushed = max(pushed, start + own)
             yield from self._own_link(pushed + own)
+        yield from self._woken(start, self.spec.push_pull_alone_s)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed
 
@@ -445,6 +470,7 @@ class SimClient:
             pushed = max(pushed, start + own)
             released = max(released, pushed)
             yield from self._own_link(released + own)
+        yield from self._woken(start, self.spec.push_pull_alone_s)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed, released
 
@@ -453,4 +479,5 @@ class SimClient:
         yield from self._all([s.pull() for s in self.shards])
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
+        yield from self._woken(start, self.spec.pull_alone_s)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back

@@ -122,6 +122,10 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
                   if profile.actor_call_cpu_busy_s and profile.actor_call_cpu_s else 1.0)
     overhead_busy = overhead - (1.0 - busy_ratio) * min(overhead, t.dispatch_fixed_s)
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
+    # What a call is held at the shards alone (one worker, no emulated apply's sleep): the
+    # calibrated calls hold the caller's wake-up for that long a hold (``SimSpec.reply_wake``).
+    spread = max(1.0, s / t.cores) if t.cores > 0 else 1.0
+    push_alone = spread * (overhead + apply_cpu)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
         staleness=int(getattr(config, "staleness", 0)), compute_s=t.compute_s,
@@ -154,6 +158,9 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         # "A step read's calls, woken one by one").
         read_ops=read_calls(config),
         reply_s=reply, overhead_busy_s=overhead_busy,
+        reply_wake=profile.scheduler.reply_wake_s if profile.scheduler else (),
+        push_alone_s=push_alone, push_pull_alone_s=push_alone + spread * copy,
+        pull_alone_s=spread * ((bare if bare is not None else overhead) + copy),
         pull_dispatch_s=bare,
         pull_dispatch_busy_s=(min(bare, profile.actor_call_cpu_busy_s) if bare is not None
                               and profile.actor_call_cpu_busy_s else None),

@@ -33,6 +33,7 @@ _LABELS = {
     "sleep_overshoot_s": "how late a 4 ms sleep ends on the idle node (an emulated apply's sleep)",
     "wake_s": "a woken read call's wait for a core, by processes wanting one per core (measured among spinners)",
     "wake_first_s": "the first read call's alone, after a spin (the same way; recorded, not used by the model)",
+    "reply_wake_s": "a call's reply to a caller held waiting, by the hold: beyond a call answered at once",
     "small_calls_by_shards": "worker at the smallest size",
     "large_calls_by_shards": "worker at the large size",
     "larger_calls_by_shards": "worker at the larger size",

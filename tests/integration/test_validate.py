@@ -238,6 +238,12 @@ def test_calibration_measures_the_scheduler_under_load(validated, cache_dir):
     assert load_curve_at(sched.spin_overshoot_s, QUICK_LOADS[-1]) > 1e-4
     # a 4 ms sleep on the idle node ends late, by less than a scheduler quantum
     assert 0 < sched.sleep_overshoot_s < 0.004
+    # a reply to a caller held waiting: by the hold, from 0 at a call answered at once, never
+    # falling, and short of the longest hold itself
+    from testbed.calibration.calibrate import REPLY_HOLDS_S
+    assert [x for x, _ in sched.reply_wake_s] == list(REPLY_HOLDS_S)
+    waits = [v for _, v in sched.reply_wake_s]
+    assert waits[0] == 0.0 and waits == sorted(waits) and waits[-1] < REPLY_HOLDS_S[-1]
 
 
 def test_calibration_measures_a_plain_push_answer_and_the_steps_beyond_two_shards(validated, cache_dir):

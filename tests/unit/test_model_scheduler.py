@@ -227,3 +227,59 @@ def test_a_step_read_takes_the_load_call_by_call(monkeypatch):
     assert len(seen) == 4 * 20 * 8  # a wake per call, not one per step read
     # the calls of one read see different loads: some among spinners, some with none
     assert min(seen) == 0.0 and max(seen) > 0.0
+
+
+# A reply to a caller held waiting (``SchedulerCosts.reply_wake_s``): 0.2 ms more after 2 ms held,
+# 0.6 ms more from 10 ms on.
+REPLY = ((0.0, 0.0), (0.002, 0.0002), (0.01, 0.0006), (0.02, 0.0006))
+
+
+def test_reply_wake_points_from_the_calls_are_medians_beyond_an_answer_at_once():
+    from testbed.calibration.scheduler import reply_wake_from_calls
+    got = reply_wake_from_calls({0.0: [1e-3, 1.1e-3, 5e-3], 0.005: [1.4e-3, 1.5e-3, 1.6e-3],
+                                 0.01: [1.3e-3, 1.4e-3, 9e-3], 0.02: [2e-3, 2e-3]})
+    # the medians less 1.1 ms; the 10 ms hold's dip below 5 ms is pooled with it
+    assert [x for x, _ in got] == [0.0, 0.005, 0.01, 0.02]
+    assert [v for _, v in got] == pytest.approx([0.0, 0.35e-3, 0.35e-3, 0.9e-3])
+    assert reply_wake_from_calls({0.005: [1e-3]}) == ()  # no call answered at once: nothing to stand on
+
+
+def test_a_reply_after_an_emulated_apply_pays_the_wake_beyond_a_call_alone():
+    # One worker, sync, 6 ms of emulated apply a step: its pull (after the round) comes back to a
+    # caller held 6 ms longer than calibration's, so it pays the curve there less at the call alone.
+    cfg = config(sync="sync", apply_seconds=0.006)
+    prof = profile(cores_per_node=2)
+    woken = dataclasses.replace(prof, scheduler=SchedulerCosts(reply_wake_s=REPLY, cores=2))
+    spec = sim_spec(cfg, woken, step_terms(cfg, woken))
+    before, after = simulate(sim_spec(cfg, prof, step_terms(cfg, prof))), simulate(spec)
+    held = spec.push_pull_alone_s + spec.apply_sleep_s
+    extra = load_curve_at(REPLY, held) - load_curve_at(REPLY, spec.push_pull_alone_s)
+    assert extra > 1e-4
+    assert after.phases["pull"] - before.phases["pull"] == pytest.approx(extra, rel=1e-6)
+    assert after.phases["push"] == pytest.approx(before.phases["push"], rel=1e-9)
+    # without the emulated apply the call is held as long as one alone: nothing more
+    plain = config(sync="sync")
+    assert simulate(sim_spec(plain, woken, step_terms(plain, woken))).phases["pull"] == pytest.approx(
+        simulate(sim_spec(plain, prof, step_terms(plain, prof))).phases["pull"], rel=1e-9)
+
+
+def test_a_reply_finds_no_idle_core_to_wake_among_spinners():
+    # Six workers spinning 50 ms a step on two cores: no core idles while a call is held, so no
+    # wake-up of an idle core (the caller waits its turn instead, which the curve does not hold).
+    cfg = config(workers=6, sync="async", apply_seconds=0.004, compute={"mode": "spin", "seconds": 0.05})
+    prof = profile(cores_per_node=2)
+    woken = dataclasses.replace(prof, scheduler=SchedulerCosts(reply_wake_s=REPLY, cores=2))
+    spec = sim_spec(cfg, woken, step_terms(cfg, woken))
+    a, b = simulate(sim_spec(cfg, prof, step_terms(cfg, prof))), simulate(spec)
+    # every call held at least the emulated apply beyond one alone: each would pay this on an idle node
+    each = load_curve_at(REPLY, spec.push_pull_alone_s + spec.apply_sleep_s) - load_curve_at(REPLY, spec.push_pull_alone_s)
+    assert each > 1e-4
+    # only the first steps' calls, before every worker spins, find a core idle
+    assert 0 <= b.phases["pull"] - a.phases["pull"] < 0.05 * each
+
+
+def test_a_profile_before_version_29_has_no_reply_wake_and_bad_points_are_refused():
+    assert SchedulerCosts().reply_wake_s == ()
+    assert coerce_scheduler(json.loads(json.dumps(dataclasses.asdict(SchedulerCosts(reply_wake_s=REPLY))))).reply_wake_s == REPLY
+    with pytest.raises(ValueError, match="reply_wake_s"):
+        SchedulerCosts(reply_wake_s=((0.0, -1e-3),))
