@@ -469,9 +469,12 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             (target / name).unlink(missing_ok=True)
     cores = _node_cores(identity)
     figures.pop("details")
-    reply_wake = figures.pop("reply_wake_s", ())
-    if figures.get("scheduler") is not None:
-        figures["scheduler"] = dataclasses.replace(figures["scheduler"], reply_wake_s=reply_wake)
+    # The reply's wake-up is timed with the calls (their probe and echo are up then) and kept
+    # with the scheduler's figures, where the simulation reads it.
+    if "reply_wake_s" in figures:
+        reply_wake = figures.pop("reply_wake_s")
+        if figures.get("scheduler") is not None:
+            figures["scheduler"] = dataclasses.replace(figures["scheduler"], reply_wake_s=reply_wake)
     profile = HardwareProfile(
         identity=identity, cores_per_node=max(1, cores), nodes=max(1, len(identity["nodes"])),
         disk=disk, disk_reference=reference, **figures,
