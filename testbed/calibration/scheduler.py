@@ -48,4 +48,3 @@ def reply_wake_from_calls(held_s: dict[float, list[float]]) -> tuple[tuple[float
         return ()
     rest = statistics.median(base)
     return monotone([(hold, statistics.median(xs) - rest) for hold, xs in held_s.items() if xs])
-
