@@ -93,8 +93,10 @@ Progress = Callable[[str], None]
 # 26: more of the gate's pairs at 1 and 4 workers (``gate_repeats``); 27: the disk's first read
 # after idle (``DiskProfile.read_start_s``, ``disk.measure_read_start``); 28: the step reader's own
 # work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell;
-# 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``)
-CALIBRATION_VERSION = 29
+# 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``); 30: the runs' shards touch
+# a reply buffer for every thread of their pool (``runner.run.shard_reply_buffers``): the large
+# pulls of the per-call runs no longer hold a thread's first allocation
+CALIBRATION_VERSION = 30
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
 REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)

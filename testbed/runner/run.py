@@ -218,6 +218,24 @@ class ReusedActors:
         self.close()
 
 
+def shard_threads(cfg: RunConfig) -> int:
+    """A shard actor's threads (``max_concurrency``): each worker has at most one call in flight
+    to a shard (a push, a pull or both in one, possibly blocked at the sync barrier), so N
+    threads plus a few for the driver's calls suffice."""
+    return cfg.workers + 4
+
+
+def shard_reply_buffers(cfg: RunConfig) -> int:
+    """The pulls' reply buffers a shard touches before the run (``ParameterServer``): one for
+    every thread that may run a pull, since Ray hands a call to any free thread of the actor's
+    pool and each thread copies into a buffer of its own; sync's two round snapshots are the
+    shard's own (0 here). One a worker, as before 2026-12-05, left the pool's other threads to
+    allocate theirs inside the timed pulls: one worker at 30 MiB had 3-4 pulls of 26-76 ms among
+    pulls of 7-8 ms, in its first steps whatever its pull period, so the pull's mean moved with
+    the period (docs/model.md, "A run's first large pulls")."""
+    return 0 if cfg.sync is SyncMode.SYNC else shard_threads(cfg)
+
+
 def _workers_per_process(cfg: RunConfig) -> Optional[int]:
     """How many workers a process hosts (``hosting.requested_workers_per_process`` says why)."""
     return requested_workers_per_process(cfg.compute.mode.value, cfg.workers_per_process)
@@ -313,10 +331,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
             with rec.timed(Phase.SETUP):
                 if cfg.workload.dataset_bytes > 0 and cfg.data.init_io is InitIO.SEQUENTIAL:
                     gate = remote_gate(list(range(cfg.workers)))
-                # Each worker has at most one call in flight to a shard (a push, a pull or both in
-                # one, possibly blocked at the sync barrier), so N threads plus a few for the
-                # driver's calls suffice.
-                servers = [make("server", i, server_cls, dict(max_concurrency=cfg.workers + 4, **restart,
+                servers = [make("server", i, server_cls, dict(max_concurrency=shard_threads(cfg), **restart,
                                                               **slots.server_options(i)),
                                 slots.server_node(i),
                                shard=i, lo=lo, hi=hi, seed=cfg.seed, learning_rate=cfg.learning_rate,
@@ -324,9 +339,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                                apply_extra_s=cfg.apply_seconds * (hi - lo) / elements,
                                wait_timeout_s=cfg.barrier_timeout_s, faults=shard_faults(cfg, i), state_dir=state,
                                network=cfg.network if cfg.network.shapes_anything else None,
-                               # A pull's reply buffer per worker, touched before the run (sync's
-                               # two round snapshots are the shard's own).
-                               reply_buffers=0 if cfg.sync is SyncMode.SYNC else cfg.workers,
+                               reply_buffers=shard_reply_buffers(cfg),
                                sync_rounds=cfg.sync is SyncMode.SYNC)
                            for i, (lo, hi) in enumerate(cfg.shard_bounds())]
                 if cfg.sync is SyncMode.SSP:

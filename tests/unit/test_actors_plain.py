@@ -137,3 +137,25 @@ def test_sync_rounds_alternate_two_snapshot_buffers():
     assert seen[0][0] is seen[2][0] and seen[0][0] is not seen[1][0]
     np.testing.assert_allclose(seen[1][1], seen[0][1] - 1.0)
     np.testing.assert_allclose(seen[2][0], seen[1][1] - 1.0)
+
+
+def test_a_shard_touches_a_reply_buffer_for_every_thread_that_may_run_a_pull():
+    # Ray hands a call to any free thread of the actor's pool: a buffer for each, touched before
+    # the run, or a thread's first pull allocates and touches its own inside the timed pull.
+    import threading
+
+    from testbed.config.spec import ConfigFields
+    from testbed.runner.run import shard_reply_buffers, shard_threads
+    for sync in ("async", "ssp"):
+        cfg = ConfigFields.model_validate({"workers": 1, "sync": sync, "gradient_bytes": 4096})
+        assert shard_reply_buffers(cfg) == shard_threads(cfg) == 5
+    assert shard_reply_buffers(ConfigFields.model_validate({"workers": 3, "sync": "sync", "gradient_bytes": 4096})) == 0
+    s = ParameterServer(shard=0, lo=0, hi=4, seed=0, learning_rate=1.0, recorder=rec("server-0", "server"),
+                        reply_buffers=shard_threads(cfg))
+    spares = {id(b) for b in s._spare}
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(s.pull()[1])) for _ in range(shard_threads(cfg))]
+    for t in threads:
+        t.start()
+        t.join()
+    assert {id(b) for b in got} == spares and not s._spare  # every thread's pull took a touched buffer
