@@ -124,7 +124,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     restart = interpolate_setup_s(t.setup_points, 1) if t.setup_points else (t.setup_per_actor_s or 0.0)
     # What a call is held at the shards alone (one worker, no emulated apply's sleep): the
     # calibrated calls hold the caller's wake-up for that long a hold (``SimSpec.reply_wake``).
-    spread = max(1.0, s / t.cores) if t.cores > 0 else 1.0
+    spread = 1.0 + stretch
     push_alone = spread * (overhead + apply_cpu)
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
