@@ -46,6 +46,7 @@ from testbed.model.terms import (
     init_call_s,
     init_gate_s,
     init_read_bytes,
+    init_reply_wake_s,
     read_calls,
     steps_per_worker,
     worker_processes,
@@ -224,7 +225,7 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     return simulate_init(workers, init_read_bytes(config, workers) / single,
                          lambda j: disk.aggregate_bandwidth(j) / single, top,
                          _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k),
-                         disk.read_start_s)
+                         disk.read_start_s, lambda phase: init_reply_wake_s(profile, call, phase))
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

