@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from testbed.model.curves import INLINE_LIMIT_BYTES
 from testbed.model.families import Bound, ModelFamily
 from testbed.model.knee import marginal_knee
 from testbed.model.profile import HardwareProfile, interpolate_setup_s
@@ -127,6 +128,12 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # calibrated calls hold the caller's wake-up for that long a hold (``SimSpec.reply_wake``).
     spread = 1.0 + stretch
     push_alone = spread * (overhead + apply_cpu)
+    # Ray's CPU per step beyond that of the smallest calibrated gradient is the object store's
+    # work for the slices (calibrated with one push and one pull a step): half of it at each
+    # transfer, while the call goes on; the rest stays in the background (docs/model.md, "The
+    # object store's work during the transfers").
+    stored = config.gradient_bytes / s >= INLINE_LIMIT_BYTES  # slices inline in the call: no object
+    store = max(0.0, t.ray_cpu_s - _ray_cpu_base(profile)) / 2 if stored else 0.0
     return SimSpec(
         workers=t.workers, servers=s, steps=steps, pull_every=k, mode=_value(config.sync),
         staleness=int(getattr(config, "staleness", 0)), compute_s=t.compute_s,
@@ -139,7 +146,8 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         overhead_s=overhead, apply_cpu_s=apply_cpu, apply_sleep_s=apply_sleep, copy_s=copy,
         # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own
         # processes' work for the step: it runs meanwhile, nobody waits for it, it takes the cores.
-        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu) + t.ray_cpu_s,
+        background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu) + t.ray_cpu_s - 2 * store,
+        store_push_s=store, store_pull_s=store,
         clock_cpu_s=profile.actor_call_cpu_s or 0.0, clock_cpu_busy_s=profile.actor_call_cpu_busy_s or 0.0,
         tick_cpu_s=profile.actor_caller_cpu_s or 0.0,
         gil=True, reply_outside=True, gil_handoff="random",
@@ -166,6 +174,13 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         pull_dispatch_busy_s=(min(bare, profile.actor_call_cpu_busy_s) if bare is not None
                               and profile.actor_call_cpu_busy_s else None),
     )
+
+
+def _ray_cpu_base(profile: HardwareProfile) -> float:
+    """Ray's own CPU per worker step at the smallest calibrated gradient (inline slices: no
+    object in the store); 0 where not calibrated."""
+    curve = profile.ray_cpu_per_step_s
+    return curve.points[0][1] if curve is not None else 0.0
 
 
 def _simulated_steps(workers: int, steps: int, budget: int) -> int:
