@@ -142,9 +142,11 @@ class SimSpec:
     pull_alone_s: float = 0.0       # a pull of its own (dispatch and copy)
     # Ray's object store (the raylet) works for every slice past the inline limit that a call
     # carries: the CPU of one push's slices (the worker's put, the shard's get) and of one
-    # pull's (the shard's put, the worker's get), served on the cores while the call goes on,
-    # nobody waiting for it (it is the part of Ray's CPU per step that grows with the
-    # gradient; the rest stays in ``background_s``). 0: not modelled (all of it in the background).
+    # pull's (the shard's put, the worker's get), served on the cores beside the call, nobody
+    # waiting for it: a push's once the shards are done with it (at the push's start it would
+    # meet the apply, whose calibrated one-worker figure holds that already), a pull's as the
+    # worker's side of the reply starts. It is the part of Ray's CPU per step that grows with
+    # the gradient; the rest stays in ``background_s``. 0: not modelled (all in the background).
     store_push_s: float = 0.0
     store_pull_s: float = 0.0
 
