@@ -237,10 +237,11 @@ def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     disk = profile.disk
     single = disk.single_stream_bytes_per_s
     top = max(disk.seq_read_bytes_per_s.values()) / single
-    return simulate_init(workers, init_read_bytes(config, workers) / single,
-                         lambda j: disk.aggregate_bandwidth(j) / single, top,
-                         _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k),
-                         disk.read_start_s, lambda phase: init_reply_wake_s(profile, call, phase))
+    phase = simulate_init(workers, init_read_bytes(config, workers) / single,
+                          lambda j: disk.aggregate_bandwidth(j) / single, top,
+                          _value(config.data.init_io) == "sequential", call, lambda k: init_gate_s(profile, k),
+                          disk.read_start_s)
+    return phase + init_reply_wake_s(profile, call, phase)  # the driver's wake-up, as terms.init_seconds
 
 
 def _shares(result: SimResult, steps: int) -> tuple[dict, dict]:

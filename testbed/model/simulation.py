@@ -271,8 +271,7 @@ class _Gate:
 
 
 def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top_rate: float,
-                  sequential: bool, call_s: float, gate_s: Callable[[int], float], start_s: float = 0.0,
-                  wake_s: Optional[Callable[[float], float]] = None) -> float:
+                  sequential: bool, call_s: float, gate_s: Callable[[int], float], start_s: float = 0.0) -> float:
     """The init phase: the driver's call ``call_s``, then every worker reads ``read_s`` of work
     alone on the disk, through the gate one after another or all at once, sharing the disk by
     its concurrency curve ``rate``. Through the gate (``sequential``), ``gate_s(k)`` is what the
@@ -280,8 +279,7 @@ def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top
     the token and handing it on, is ``gate_s(i + 1) - gate_s(i)``, spent on the critical path
     before its read. ``start_s``: what each read costs before its bytes (the first read after
     idle, ``DiskProfile.read_start_s``), a wait of its own, not the disk's (inside the token's
-    hold when sequential). ``wake_s(phase)``: what the driver's wake-up adds to a phase that
-    long, its call held through the reads (``terms.init_reply_wake_s``)."""
+    hold when sequential)."""
     if read_s <= 0:
         return call_s
     env = simpy.Environment()
@@ -301,5 +299,4 @@ def simulate_init(workers: int, read_s: float, rate: Callable[[int], float], top
     for i in range(workers):
         env.process(reader(i))
     env.run()
-    phase = call_s + env.now
-    return phase + (wake_s(phase) if wake_s is not None else 0.0)
+    return call_s + env.now
