@@ -141,14 +141,13 @@ class SimSpec:
     push_pull_alone_s: float = 0.0  # a push with its pull (dispatch, apply CPU, copy)
     pull_alone_s: float = 0.0       # a pull of its own (dispatch and copy)
     # Ray's object store (the raylet) works for every slice past the inline limit that a call
-    # carries: the CPU of one push's slices (the worker's put, the shard's get) and of one
-    # pull's (the shard's put, the worker's get), served on the cores beside the call, nobody
+    # carries: the CPU of one transfer's slices (a push's: the worker's put, the shard's get; a
+    # pull's: the shard's put, the worker's get), served on the cores beside the call, nobody
     # waiting for it: a push's once the shards are done with it (at the push's start it would
     # meet the apply, whose calibrated one-worker figure holds that already), a pull's as the
     # worker's side of the reply starts. It is the part of Ray's CPU per step that grows with
     # the gradient; the rest stays in ``background_s``. 0: not modelled (all in the background).
-    store_push_s: float = 0.0
-    store_pull_s: float = 0.0
+    store_s: float = 0.0
 
 
 class Node:
@@ -404,9 +403,10 @@ class SimClient:
     def __init__(self, env: simpy.Environment, spec: SimSpec, node: Node, shards: list[SimShard]) -> None:
         self.env, self.spec, self.node, self.shards = env, spec, node, shards
 
-    def _store(self, cpu_s: float) -> None:
-        """The object store's work for the slices of a transfer, on the cores beside the call."""
-        self.node.cores.serve_unwaited(cpu_s)
+    def _store(self, transfers: int) -> None:
+        """The object store's work for the slices of ``transfers`` transfers, on the cores beside
+        the call."""
+        self.node.cores.serve_unwaited(transfers * self.spec.store_s)
 
     def _side(self, cpu_s: float, wire_s: float) -> Iterator[simpy.Event]:
         if cpu_s > 0:
@@ -446,7 +446,7 @@ class SimClient:
         yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
         start = self.env.now
         yield from self._all([s.push(worker, step) for s in self.shards])
-        self._store(self.spec.store_push_s)
+        self._store(1)
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
         yield from self._woken(start, self.spec.push_alone_s)
@@ -464,7 +464,7 @@ class SimClient:
             pushed = max(pushed, start + own)
             yield from self._own_link(pushed + own)
         yield from self._woken(start, self.spec.push_pull_alone_s)
-        self._store(self.spec.store_push_s + self.spec.store_pull_s)
+        self._store(2)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed
 
@@ -486,7 +486,7 @@ class SimClient:
             released = max(released, pushed)
             yield from self._own_link(released + own)
         yield from self._woken(start, self.spec.push_pull_alone_s)
-        self._store(self.spec.store_push_s + self.spec.store_pull_s)
+        self._store(2)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed, released
 
@@ -496,5 +496,5 @@ class SimClient:
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
         yield from self._woken(start, self.spec.pull_alone_s)
-        self._store(self.spec.store_pull_s)
+        self._store(1)
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back

@@ -147,7 +147,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         # What the worker's and the shards' processes spend beyond the bursts above, and Ray's own
         # processes' work for the step: it runs meanwhile, nobody waits for it, it takes the cores.
         background_s=max(0.0, worker_cpu - per_step) + max(0.0, t.server_cpu_s - services_cpu) + t.ray_cpu_s - 2 * store,
-        store_push_s=store, store_pull_s=store,
+        store_s=store,
         clock_cpu_s=profile.actor_call_cpu_s or 0.0, clock_cpu_busy_s=profile.actor_call_cpu_busy_s or 0.0,
         tick_cpu_s=profile.actor_caller_cpu_s or 0.0,
         gil=True, reply_outside=True, gil_handoff="random",

@@ -619,24 +619,24 @@ def test_the_object_stores_work_goes_with_the_transfers_of_slices_past_the_inlin
     spec = sim_spec(big, prof, step_terms(big, prof))
     # the growth of Ray's CPU per step over the inline size, half at each transfer; the rest stays
     # in the background
-    assert spec.store_push_s == pytest.approx(1.6 * MS) and spec.store_pull_s == pytest.approx(1.6 * MS)
+    assert spec.store_s == pytest.approx(1.6 * MS)
     bare = sim_spec(big, profile(cores_per_node=2), step_terms(big, profile(cores_per_node=2)))
     assert spec.background_s - bare.background_s == pytest.approx(0.6 * MS)
     # slices inline in the call (2 MiB over 32 shards: 64 KiB each) carry no object
     split = config(gradient_bytes=2 * 2**20, servers=32, compute={"seconds": 0.05})
-    assert sim_spec(split, prof, step_terms(split, prof)).store_pull_s == 0.0
+    assert sim_spec(split, prof, step_terms(split, prof)).store_s == 0.0
     # the calls' own costs as CPU (1-2 ms, as calibrated at 2 MiB), not the round figures' wire
     spec = dataclasses.replace(spec, push_cpu_s=1.6 * MS, push_wire_s=0.0, pull_cpu_s=1.5 * MS, pull_wire_s=0.0,
                                copy_s=1.0 * MS, reply_s=0.6 * MS, apply_cpu_s=0.35 * MS, overhead_s=1.8 * MS)
     # one worker on two cores: the store's work runs beside the call, which it does not slow
     one = simulate(spec)
-    alone = simulate(dataclasses.replace(spec, store_push_s=0.0, store_pull_s=0.0,
+    alone = simulate(dataclasses.replace(spec, store_s=0.0,
                                          background_s=spec.background_s + 3.2 * MS))
     for phase in ("push", "pull", "apply"):
         assert one.phases[phase] == pytest.approx(alone.phases[phase], rel=1e-6)
     # two workers pulling at once: the store's work for both takes the cores from their receives
     two = dataclasses.replace(spec, workers=2)
     with_store = simulate(two)
-    without = simulate(dataclasses.replace(two, store_push_s=0.0, store_pull_s=0.0,
+    without = simulate(dataclasses.replace(two, store_s=0.0,
                                            background_s=spec.background_s + 3.2 * MS))
     assert with_store.phases["pull"] > 1.05 * without.phases["pull"]
