@@ -95,8 +95,10 @@ Progress = Callable[[str], None]
 # work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell;
 # 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``); 30: the runs' shards touch
 # a reply buffer for every thread of their pool (``runner.run.shard_reply_buffers``): the large
-# pulls of the per-call runs no longer hold a thread's first allocation
-CALIBRATION_VERSION = 30
+# pulls of the per-call runs no longer hold a thread's first allocation; 31: the runs wake their
+# worker processes just before the init is timed (``runner.run._wake``): the one-process init
+# call (``init_call_s``, from the sweep's runs) no longer holds a process idle since its start
+CALIBRATION_VERSION = 31
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
 REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)
@@ -193,6 +195,8 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
 
     On the last batch, the I/O gate's cost for ``gate_counts`` (``_measure_gate``)."""
     import ray
+
+    from testbed.runner.run import WAKE_PAUSE_S
     setup, fanout, gate = {}, {}, {}
     wanted = sorted(set(counts) | set(fanout_counts))
     for k in counts:
@@ -204,7 +208,7 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
         for j in (j for j in wanted if j <= k and j not in fanout):
             calls = []
             for _ in range(7):
-                time.sleep(0.05)  # idle first, as the worker processes are when init starts
+                time.sleep(WAKE_PAUSE_S)  # as a run's worker processes rest before init (``run._wake``)
                 t0 = time.perf_counter()
                 ray.get([a.cpu_s.remote() for a in actors[:j]])
                 calls.append(time.perf_counter() - t0)

@@ -115,6 +115,30 @@ def _get_fail_fast(refs: list, until: Optional[float] = None) -> list:
     return ray.get(refs)
 
 
+# How long the worker processes rest between the call that wakes them and the init's call:
+# the pause calibration leaves before each fan-out it times (``calibrate._measure_setup``).
+WAKE_PAUSE_S = 0.05
+
+
+def _wake(methods: list, until: Optional[float] = None, pause_s: float = WAKE_PAUSE_S) -> None:
+    """Call each of ``methods`` (a cheap method of every worker process, and of the I/O gate)
+    once, then rest ``pause_s``: the last step of setup, so that the init phase's call finds the
+    processes as calibration's fan-out does (answering a call a moment ago), not idle since
+    they started.
+
+    Why: a process idle for seconds answers a call later than one that answered 50 ms before
+    (on this 2-core VM, 16 bare actors 8.7 -> 10.7 ms after 6 s idle; 32, 18 -> 24 ms after
+    10 s), and the processes that start first idle through the start of the rest (11 s at 32
+    workers). The init call paid it and calibration did not: the held-out draws 2026120415 to
+    2026120510 measured the inits with nothing to read 1.20 x the prediction at 12-16 worker
+    processes and 1.34-1.47 x at 17-32; the same configs' later calls, 50 ms apart, matched
+    the calibrated fan-out. That wake-up is the emulator's own (its setup lasts seconds), not
+    the job's: setup absorbs it, as it absorbs the connections and threads (``ready``).
+    docs/model.md, "The worker processes' wake-up before init"."""
+    _get_fail_fast([m.remote() for m in methods], until)
+    time.sleep(pause_s)
+
+
 def _collect_what_is_left(actors: list, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The events of every actor that still answers (a config that timed out or failed); a
     worker process answers with a list, one export per worker it hosts."""
@@ -364,6 +388,7 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 if prepared and cfg.data.warm_pass and all(isinstance(v, DatasetInfo) for v in prepared.values()):
                     prepared = prepare_on_nodes(_WarmDataset(prepared, cfg.data.block_bytes), list(prepared),
                                                 shared=False)
+            _wake([h.cpu_s for h in hosts] + ([gate.done] if gate is not None else []), until)
             with rec.timed(Phase.INIT):
                 _get_fail_fast([h.init.remote() for h in hosts], until)
             # CPU used by each process during training (read outside the timed span): how much of

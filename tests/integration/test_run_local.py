@@ -134,3 +134,53 @@ def test_reused_actors_refuse_a_config_they_cannot_reset(ray_local):
 
     with ReusedActors() as pool, pytest.raises(ValueError, match="single-worker"):
         run_config(expand(make_spec(workers=2))[0], 0, "reuse-test", reuse=pool)
+
+
+def test_wake_calls_every_process_once_then_rests(ray_local):
+    import time
+
+    import ray
+
+    from testbed.runner.run import _wake
+
+    @ray.remote(num_cpus=0)
+    class Counter:
+        def __init__(self):
+            self.calls = 0
+
+        def touch(self):
+            self.calls += 1
+            return self.calls
+
+    actors = [Counter.remote() for _ in range(3)]
+    t0 = time.perf_counter()
+    _wake([a.touch for a in actors], pause_s=0.05)
+    took = time.perf_counter() - t0
+    assert ray.get([a.touch.remote() for a in actors]) == [2, 2, 2]
+    assert took >= 0.05
+    for a in actors:
+        ray.kill(a)
+
+
+def test_the_worker_processes_are_woken_just_before_the_init_is_timed(ray_local, monkeypatch):
+    """Setup ends with a call to every worker process (``run._wake``), so that the init's call
+    finds them as calibration's fan-out does; the init span starts after it."""
+    import time
+
+    import testbed.runner.run as run
+
+    woken = []
+    real = run._wake
+
+    def spy(methods, until=None, **kw):
+        real(methods, until, **kw)
+        woken.append((len(methods), time.time_ns()))
+
+    monkeypatch.setattr(run, "_wake", spy)
+    cfg = expand(make_spec(workers=2, servers=1, compute={"mode": "spin", "seconds": "5ms"},
+                           workload={"steps": 2}))[0]
+    out = run_config(cfg, 0, "run-wake")
+    ev = frame(out)
+    init = ev[ev.phase == "init"]
+    assert len(woken) == 1 and woken[0][0] == 2  # one call to each of the 2 worker processes
+    assert len(init) == 1 and woken[0][1] <= int(init.start_ns.iloc[0])
