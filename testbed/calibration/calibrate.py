@@ -97,7 +97,8 @@ Progress = Callable[[str], None]
 # a reply buffer for every thread of their pool (``runner.run.shard_reply_buffers``): the large
 # pulls of the per-call runs no longer hold a thread's first allocation; 31: the runs wake their
 # worker processes just before the init is timed (``runner.run._wake``): the one-process init
-# call (``init_call_s``, from the sweep's runs) no longer holds a process idle since its start
+# call (``init_call_s``, from the sweep's runs) no longer holds a process idle since its start,
+# and the fan-out and the gate's pairs are timed right after such a wake-up (``_fan_out_s``)
 CALIBRATION_VERSION = 31
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
@@ -182,9 +183,10 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
                    fanout_counts: tuple[int, ...] = (),
                    gate_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
-    once they are up and idle, the median of a few calls to j of them at once, for each j in
-    ``counts`` and ``fanout_counts`` (the init phase's call to the worker processes when there
-    is nothing to read), each j on the first batch of at least j.
+    once they are up, the median of a few calls to j of them at once, each right after a call
+    that woke them (``_fan_out_s``), for each j in ``counts`` and ``fanout_counts`` (the init
+    phase's call to the worker processes when there is nothing to read), each j on the first
+    batch of at least j.
 
     Actor start-up is a process start each, a few at a time, and slows as more processes
     live: the curve, not one figure, predicts a config's setup. Why the fan-out on part of a
@@ -195,8 +197,6 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
 
     On the last batch, the I/O gate's cost for ``gate_counts`` (``_measure_gate``)."""
     import ray
-
-    from testbed.runner.run import WAKE_PAUSE_S
     setup, fanout, gate = {}, {}, {}
     wanted = sorted(set(counts) | set(fanout_counts))
     for k in counts:
@@ -206,13 +206,7 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
         ray.get([a.cpu_s.remote() for a in actors])
         setup[k] = time.perf_counter() - t0
         for j in (j for j in wanted if j <= k and j not in fanout):
-            calls = []
-            for _ in range(7):
-                time.sleep(WAKE_PAUSE_S)  # as a run's worker processes rest before init (``run._wake``)
-                t0 = time.perf_counter()
-                ray.get([a.cpu_s.remote() for a in actors[:j]])
-                calls.append(time.perf_counter() - t0)
-            fanout[j] = _median(calls)
+            fanout[j] = _median([_fan_out_s(actors[:j]) for _ in range(7)])
         if k == counts[-1] and gate_counts:
             progress(f"the I/O gate's hand-off ({', '.join(map(str, gate_counts))} actors)")
             gate = _measure_gate(actors, [j for j in gate_counts if j <= k])
@@ -220,6 +214,18 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
     return setup, fanout, gate
+
+
+def _fan_out_s(actors: list[Any], pause_s: float = 0.05) -> float:
+    """One fan-out as a run's init makes it: after ``pause_s`` of rest (each sample from the
+    same state), a call to every actor to wake it, as the runner's last step of setup does
+    (``runner.run._wake``), then the timed call to every actor at once."""
+    import ray
+    time.sleep(pause_s)
+    ray.get([a.cpu_s.remote() for a in actors])
+    t0 = time.perf_counter()
+    ray.get([a.cpu_s.remote() for a in actors])
+    return time.perf_counter() - t0
 
 
 # Sequential inits timed per count of workers at the gate (paired with a plain call each).
@@ -263,11 +269,9 @@ def _measure_gate(actors: list[Any], counts: list[int]) -> dict[int, float]:
     base = 0
     for r in range(max(gate_repeats(j) for j in counts)):
         for j in (j for j in counts if r < gate_repeats(j)):
-            time.sleep(0.05)  # idle first, as the worker processes are when init starts
-            t0 = time.perf_counter()
-            ray.get([a.cpu_s.remote() for a in actors[:j]])
-            plain = time.perf_counter() - t0
-            time.sleep(0.05)
+            plain = _fan_out_s(actors[:j])
+            time.sleep(0.05)  # then woken as a run wakes them and the gate (``runner.run._wake``)
+            ray.get([a.cpu_s.remote() for a in actors[:j]] + [gate.done.remote()])
             t0 = time.perf_counter()
             ray.get([a.gate_pass.remote(gate, base + i) for i, a in enumerate(actors[:j])])
             diffs[j].append(time.perf_counter() - t0 - plain)
