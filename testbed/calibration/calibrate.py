@@ -95,11 +95,8 @@ Progress = Callable[[str], None]
 # work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell;
 # 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``); 30: the runs' shards touch
 # a reply buffer for every thread of their pool (``runner.run.shard_reply_buffers``): the large
-# pulls of the per-call runs no longer hold a thread's first allocation; 31: the runs wake their
-# worker processes just before the init is timed (``runner.run._wake``): the one-process init
-# call (``init_call_s``, from the sweep's runs) no longer holds a process idle since its start,
-# and the fan-out and the gate's pairs are timed right after such a wake-up (``_fan_out_s``)
-CALIBRATION_VERSION = 31
+# pulls of the per-call runs no longer hold a thread's first allocation
+CALIBRATION_VERSION = 30
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
 REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)
@@ -183,10 +180,9 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
                    fanout_counts: tuple[int, ...] = (),
                    gate_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
-    once they are up, the median of a few calls to j of them at once, each right after a call
-    that woke them (``_fan_out_s``), for each j in ``counts`` and ``fanout_counts`` (the init
-    phase's call to the worker processes when there is nothing to read), each j on the first
-    batch of at least j.
+    once they are up and idle, the median of a few calls to j of them at once, for each j in
+    ``counts`` and ``fanout_counts`` (the init phase's call to the worker processes when there
+    is nothing to read), each j on the first batch of at least j.
 
     Actor start-up is a process start each, a few at a time, and slows as more processes
     live: the curve, not one figure, predicts a config's setup. Why the fan-out on part of a
@@ -206,7 +202,13 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
         ray.get([a.cpu_s.remote() for a in actors])
         setup[k] = time.perf_counter() - t0
         for j in (j for j in wanted if j <= k and j not in fanout):
-            fanout[j] = _median([_fan_out_s(actors[:j]) for _ in range(7)])
+            calls = []
+            for _ in range(7):
+                time.sleep(0.05)  # idle first, as the worker processes are when init starts
+                t0 = time.perf_counter()
+                ray.get([a.cpu_s.remote() for a in actors[:j]])
+                calls.append(time.perf_counter() - t0)
+            fanout[j] = _median(calls)
         if k == counts[-1] and gate_counts:
             progress(f"the I/O gate's hand-off ({', '.join(map(str, gate_counts))} actors)")
             gate = _measure_gate(actors, [j for j in gate_counts if j <= k])
@@ -214,18 +216,6 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
     return setup, fanout, gate
-
-
-def _fan_out_s(actors: list[Any], pause_s: float = 0.05) -> float:
-    """One fan-out as a run's init makes it: after ``pause_s`` of rest (each sample from the
-    same state), a call to every actor to wake it, as the runner's last step of setup does
-    (``runner.run._wake``), then the timed call to every actor at once."""
-    import ray
-    time.sleep(pause_s)
-    ray.get([a.cpu_s.remote() for a in actors])
-    t0 = time.perf_counter()
-    ray.get([a.cpu_s.remote() for a in actors])
-    return time.perf_counter() - t0
 
 
 # Sequential inits timed per count of workers at the gate (paired with a plain call each).
@@ -269,9 +259,11 @@ def _measure_gate(actors: list[Any], counts: list[int]) -> dict[int, float]:
     base = 0
     for r in range(max(gate_repeats(j) for j in counts)):
         for j in (j for j in counts if r < gate_repeats(j)):
-            plain = _fan_out_s(actors[:j])
-            time.sleep(0.05)  # then woken as a run wakes them and the gate (``runner.run._wake``)
-            ray.get([a.cpu_s.remote() for a in actors[:j]] + [gate.done.remote()])
+            time.sleep(0.05)  # idle first, as the worker processes are when init starts
+            t0 = time.perf_counter()
+            ray.get([a.cpu_s.remote() for a in actors[:j]])
+            plain = time.perf_counter() - t0
+            time.sleep(0.05)
             t0 = time.perf_counter()
             ray.get([a.gate_pass.remote(gate, base + i) for i, a in enumerate(actors[:j])])
             diffs[j].append(time.perf_counter() - t0 - plain)

@@ -115,28 +115,6 @@ def _get_fail_fast(refs: list, until: Optional[float] = None) -> list:
     return ray.get(refs)
 
 
-def _wake(methods: list, until: Optional[float] = None) -> None:
-    """Call each of ``methods`` (a cheap method of every worker process, and of the I/O gate)
-    once and wait for every answer: the last step of setup, right before the init's call, so
-    that the init finds every process as calibration's fan-out does (``calibrate._fan_out_s``:
-    answering a call a moment ago), not idle since it started.
-
-    Why: a process idle for seconds answers a call later than one that answered a moment before
-    (on this 2-core VM, 16 bare actors 8.7 -> 10.7 ms after 6 s idle; 32, 18 -> 24 ms after
-    10 s), and the processes that start first idle through the start of the rest (11 s at 32
-    workers), while the last one started had just answered its ``ready``: the init call met a
-    mix of states that calibration did not measure. The held-out draws 2026120415 to 2026120510
-    measured the inits with nothing to read 1.20 x the prediction at 12-16 worker processes and
-    1.34-1.47 x at 17-32. Right after the wake-up, side by side in one session (spinning
-    workers, nothing to read, four repeats each), init took 0.85-0.99 ms at one process, 2.3-2.9
-    at 4, 8.6-9.3 at 16 (one 18.5), where 50 ms of rest after it gave 1.9-2.3, 3.3-4.9 and
-    9.5-14.2 ms: no rest, so the state is one and its spread the smallest. That wake-up is the
-    emulator's own (its setup lasts seconds), not the job's: setup absorbs it, as it absorbs
-    the connections and threads (``ready``). docs/model.md, "The worker processes' wake-up
-    before init"."""
-    _get_fail_fast([m.remote() for m in methods], until)
-
-
 def _collect_what_is_left(actors: list, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The events of every actor that still answers (a config that timed out or failed); a
     worker process answers with a list, one export per worker it hosts."""
@@ -386,7 +364,6 @@ def _run_config(cfg: RunConfig, repeat: int, run_id: str, keep_parameters: bool,
                 if prepared and cfg.data.warm_pass and all(isinstance(v, DatasetInfo) for v in prepared.values()):
                     prepared = prepare_on_nodes(_WarmDataset(prepared, cfg.data.block_bytes), list(prepared),
                                                 shared=False)
-            _wake([h.cpu_s for h in hosts] + ([gate.done] if gate is not None else []), until)
             with rec.timed(Phase.INIT):
                 _get_fail_fast([h.init.remote() for h in hosts], until)
             # CPU used by each process during training (read outside the timed span): how much of
