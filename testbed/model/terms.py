@@ -285,6 +285,10 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
         return value
     hi = calibrated[-1]
     small = getattr(hi, name).lo_bytes
+    # Inline slices are read on ``hi``'s curve where its calls carry slices of the same size
+    # (hi.shards x m / s), not at m, where hi's slices can be past the limit and its curve
+    # already climbs to the object store's cost; never below the smallest size calibrated.
+    at = m if above else max(hi.shards * m / s, min(m, small))
 
     def measured_step(by_shards: dict[int, dict[str, float]], at_bytes: float) -> Optional[float]:
         """The step a shard more adds, from the figure calibration measured beyond ``hi`` at
@@ -316,7 +320,7 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
         lo = calibrated[-2]
         base = getattr(hi, name).at(small)
         slope = max(0.0, (base - getattr(lo, name).at(small)) / (hi.shards - lo.shards))
-    return read(hi, m) + slope * (s - hi.shards)
+    return read(hi, at) + slope * (s - hi.shards)
 
 
 def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dict[str, Any]:

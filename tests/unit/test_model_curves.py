@@ -290,8 +290,10 @@ def test_slices_through_the_object_store_step_by_the_large_pair_inline_ones_by_t
     # 8 MiB on 4 shards: 2 MiB slices, past the inline limit: the large step, from the 2-shard curve at 8 MiB
     assert push(8 * MIB, 4) - push(8 * MIB, 2) == pytest.approx(2 * 2.0 * MS)
     assert push(8 * MIB, 3) - push(8 * MIB, 2) == pytest.approx(2.0 * MS)
-    # 200 KiB on 4 shards: 50 KiB slices, inline: the small step
-    assert push(200 * KIB, 4) - push(200 * KIB, 2) == pytest.approx(2 * 0.3 * MS)
+    # 200 KiB on 4 shards: 50 KiB slices, inline: the small step, from the 2-shard curve where
+    # its slices are 50 KiB too (100 KiB in all), not at 200 KiB
+    assert push(200 * KIB, 4) - push(100 * KIB, 2) == pytest.approx(2 * 0.3 * MS)
+    assert push(192 * KIB, 3) - push(128 * KIB, 2) == pytest.approx(0.3 * MS)
     # without the large pair (older profiles) the small step serves every size, as before
     q = dataclasses.replace(p, large_calls_by_shards={}, large_calls_bytes=0)
     t8 = step_terms(config(servers=4, gradient_bytes=8 * MIB), q)
