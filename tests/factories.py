@@ -51,6 +51,7 @@ def config_fields(**fields: Any) -> ConfigFields:
     return ConfigFields.model_validate(base)
 
 
-def recorder(actor: str, role: str) -> EventRecorder:
-    """An event recorder for one actor of run r, config c, repeat 0."""
-    return EventRecorder(run_id="r", config_id="c", repeat=0, actor=actor, role=role)
+def recorder(actor: str, role: str, **clocks: Any) -> EventRecorder:
+    """An event recorder for one actor of run r, config c, repeat 0; ``clocks``: ``wall_ns``
+    and ``mono_ns`` to replace the real clocks (a test that must be exact on a loaded machine)."""
+    return EventRecorder(run_id="r", config_id="c", repeat=0, actor=actor, role=role, **clocks)

@@ -213,10 +213,8 @@ def test_the_sync_barrier_runs_from_the_push_to_the_last_release_and_the_pull_is
     # A's 10 ms wait, which overlaps the push), pull 9 ms.
     cfg = config(workers=1, servers=2, sync="sync", gradient_bytes=64, workload={"steps": 1},
                  compute={"seconds": 0.0})
-    from testbed.records.events import EventRecorder
     clock = [0]
-    r = EventRecorder(run_id="r", config_id="c", repeat=0, actor="worker-0", role="worker",
-                      wall_ns=lambda: 10**18 + clock[0], mono_ns=lambda: clock[0])
+    r = rec("worker-0", "worker", wall_ns=lambda: 10**18 + clock[0], mono_ns=lambda: clock[0])
     ms = 1_000_000
     client = StampedClient(shards_for(cfg), r, pushed=[1 * ms, 5 * ms], waited=[10 * ms, 6 * ms], total=20 * ms,
                            clock=clock)
