@@ -403,10 +403,23 @@ class SimClient:
     def __init__(self, env: simpy.Environment, spec: SimSpec, node: Node, shards: list[SimShard]) -> None:
         self.env, self.spec, self.node, self.shards = env, spec, node, shards
 
-    def _store(self, transfers: int) -> None:
-        """The object store's work for the slices of ``transfers`` transfers, on the cores beside
-        the call."""
-        self.node.cores.serve_unwaited(transfers * self.spec.store_s)
+    def _put(self) -> Optional[simpy.Event]:
+        """The object store's work for a push's slices (the worker's put, the shards' get), on the
+        cores beside the worker's side of the call from its start: the put is over, and the
+        shards take the slices, when both are (None: no store work)."""
+        return self.node.cores.serve(self.spec.store_s) if self.spec.store_s > 0 else None
+
+    def _store_reply(self) -> None:
+        """The object store's work for a pull's slices (the shards' put of the reply, the
+        worker's get), on the cores beside the worker's side of the reply, nobody waiting."""
+        self.node.cores.serve_unwaited(self.spec.store_s)
+
+    def _push_side(self) -> Iterator[simpy.Event]:
+        """The worker's side of a push, the store's work for its slices beside it."""
+        put = self._put()
+        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        if put is not None:
+            yield put
 
     def _side(self, cpu_s: float, wire_s: float) -> Iterator[simpy.Event]:
         if cpu_s > 0:
@@ -443,10 +456,9 @@ class SimClient:
     def push(self, worker: int, step: int) -> Iterator[simpy.Event]:
         """A plain push (``RayServerClient.push``): its pull not due, a call of its own, over when
         its answer is back."""
-        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        yield from self._push_side()
         start = self.env.now
         yield from self._all([s.push(worker, step) for s in self.shards])
-        self._store(1)
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
         yield from self._woken(start, self.spec.push_alone_s)
@@ -455,7 +467,7 @@ class SimClient:
     def push_pull(self, worker: int, step: int) -> Iterator[simpy.Event]:
         """A push with the pull that is due (``RayServerClient.push_pull``): one call per shard.
         Returns when the last shard was done with the push (the worker's push/pull split)."""
-        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        yield from self._push_side()
         start = self.env.now
         pushed = max((yield from self._all([s.push(worker, step, copy=True) for s in self.shards])))
         own = self.spec.link_worker_s
@@ -464,7 +476,7 @@ class SimClient:
             pushed = max(pushed, start + own)
             yield from self._own_link(pushed + own)
         yield from self._woken(start, self.spec.push_pull_alone_s)
-        self._store(2)
+        self._store_reply()
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed
 
@@ -476,7 +488,7 @@ class SimClient:
             pushed = yield from shard.push(worker, step)
             waited = yield from shard.pull_at(version)
             return pushed, waited
-        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        yield from self._push_side()
         start = self.env.now
         results = yield from self._all([one(s) for s in self.shards])
         pushed, released = max(p for p, _ in results), max(p + w for p, w in results)
@@ -486,7 +498,7 @@ class SimClient:
             released = max(released, pushed)
             yield from self._own_link(released + own)
         yield from self._woken(start, self.spec.push_pull_alone_s)
-        self._store(2)
+        self._store_reply()
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)
         return pushed, released
 
@@ -496,5 +508,5 @@ class SimClient:
         if self.spec.link_worker_s > 0:
             yield from self._own_link(start + self.spec.link_worker_s)
         yield from self._woken(start, self.spec.pull_alone_s)
-        self._store(1)
+        self._store_reply()
         yield from self._side(self.spec.pull_cpu_s, self.spec.pull_wire_s)  # the parameters come back

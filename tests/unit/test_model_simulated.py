@@ -640,3 +640,26 @@ def test_the_object_stores_work_goes_with_the_transfers_of_slices_past_the_inlin
     without = simulate(dataclasses.replace(two, store_s=0.0,
                                            background_s=spec.background_s + 3.2 * MS))
     assert with_store.phases["pull"] > 1.05 * without.phases["pull"]
+
+
+def test_a_push_hands_its_slices_to_the_shards_once_the_stores_work_for_them_is_done():
+    from testbed.model.curves import SizeCurve
+
+    curve = SizeCurve(((4096.0, 0.6 * MS), (2.0 * 2**20, 3.8 * MS)))
+    prof = profile(cores_per_node=2, ray_cpu_per_step_s=curve)
+    big = config(gradient_bytes=2 * 2**20, compute={"seconds": 0.05})
+    spec = dataclasses.replace(sim_spec(big, prof, step_terms(big, prof)), push_cpu_s=1.0 * MS, push_wire_s=0.0,
+                               push_return_cpu_s=0.0, push_return_wire_s=0.0, apply_cpu_s=0.5 * MS,
+                               overhead_s=0.0, reply_wake=())
+    assert spec.store_s == pytest.approx(1.6 * MS)
+    # one core: the worker's side (1 ms) and the put's store work (1.6 ms) share it, so the
+    # shards start the apply 2.6 ms into the push (the rule before: 1 ms, the store's work after)
+    one_core = simulate(dataclasses.replace(spec, cores=1))
+    no_store = simulate(dataclasses.replace(spec, cores=1, store_s=0.0))
+    assert one_core.phases["push"] - no_store.phases["push"] == pytest.approx(1.6 * MS, rel=0.05)
+    # two cores: the store's work runs on the other one, beside the worker's side: a push's
+    # that is shorter than the side (0.8 ms) costs one worker nothing, a longer one (1.6 ms)
+    # holds the shards back by the difference
+    alone = simulate(dataclasses.replace(spec, store_s=0.0)).phases["push"]
+    assert simulate(dataclasses.replace(spec, store_s=0.8 * MS)).phases["push"] == pytest.approx(alone, rel=1e-6)
+    assert simulate(spec).phases["push"] - alone == pytest.approx(0.6 * MS, rel=0.05)
