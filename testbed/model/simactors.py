@@ -142,11 +142,12 @@ class SimSpec:
     pull_alone_s: float = 0.0       # a pull of its own (dispatch and copy)
     # Ray's object store (the raylet) works for every slice past the inline limit that a call
     # carries: the CPU of one transfer's slices (a push's: the worker's put, the shard's get; a
-    # pull's: the shard's put, the worker's get), served on the cores beside the call, nobody
-    # waiting for it: a push's once the shards are done with it (at the push's start it would
-    # meet the apply, whose calibrated one-worker figure holds that already), a pull's as the
-    # worker's side of the reply starts. It is the part of Ray's CPU per step that grows with
-    # the gradient; the rest stays in ``background_s``. 0: not modelled (all in the background).
+    # pull's: the shard's put, the worker's get), served on the cores beside the call: a push's
+    # from its start, beside the worker's side, the shards starting once both are done (a put
+    # is over when the store has the object); a pull's as the worker's side of the reply starts,
+    # nobody waiting for it (docs/model.md, "A push's put waits for the store's work"). It is the
+    # part of Ray's CPU per step that grows with the gradient; the rest stays in
+    # ``background_s``. 0: not modelled (all in the background).
     store_s: float = 0.0
 
 
@@ -403,21 +404,18 @@ class SimClient:
     def __init__(self, env: simpy.Environment, spec: SimSpec, node: Node, shards: list[SimShard]) -> None:
         self.env, self.spec, self.node, self.shards = env, spec, node, shards
 
-    def _put(self) -> Optional[simpy.Event]:
-        """The object store's work for a push's slices (the worker's put, the shards' get), on the
-        cores beside the worker's side of the call from its start: the put is over, and the
-        shards take the slices, when both are (None: no store work)."""
-        return self.node.cores.serve(self.spec.store_s) if self.spec.store_s > 0 else None
-
     def _store_reply(self) -> None:
         """The object store's work for a pull's slices (the shards' put of the reply, the
         worker's get), on the cores beside the worker's side of the reply, nobody waiting."""
         self.node.cores.serve_unwaited(self.spec.store_s)
 
     def _push_side(self) -> Iterator[simpy.Event]:
-        """The worker's side of a push, the store's work for its slices beside it."""
-        put = self._put()
-        yield from self._side(self.spec.push_cpu_s, self.spec.push_wire_s)
+        """The worker's side of a push, and the object store's work for its slices (the worker's
+        put, the shards' get) on the cores beside it from its start: the put is over, and the
+        shards take the slices, when both are."""
+        spec = self.spec
+        put = self.node.cores.serve(spec.store_s) if spec.store_s > 0 else None  # no event without
+        yield from self._side(spec.push_cpu_s, spec.push_wire_s)
         if put is not None:
             yield put
 
