@@ -19,11 +19,26 @@ class StartupProbe:
     """An actor that starts like a worker or a shard does (same imports), for timing setup."""
 
     def __init__(self) -> None:
-        import actors.server  # noqa: F401 - imported for its start-up cost
+        import actors.host  # noqa: F401 - imported for its start-up cost
+        import actors.server  # noqa: F401
         import actors.worker  # noqa: F401
+        self._hosted: Any = None
 
     def cpu_s(self) -> float:
         return time.process_time()
+
+    def host_workers(self, n: int) -> int:
+        """Host ``n`` workers that do nothing, as a worker process hosts its workers
+        (``actors.host.VirtualWorkers``: inline at one, a thread each, started now, at more);
+        returns the threads running."""
+        from actors.host import VirtualWorkers
+        self._hosted = VirtualWorkers([_Idle() for _ in range(n)])
+        return self._hosted.start_threads()
+
+    def init_hosted(self) -> int:
+        """The init phase's call as a worker process answers it with nothing to read: every
+        hosted worker's ``init`` through the host's hand-out (``host_workers`` first)."""
+        return len(self._hosted.each("init"))
 
     def gate_pass(self, gate: Any, index: int) -> int:
         """A sequential init's turn with nothing to read: take the I/O gate's token as worker
@@ -33,6 +48,13 @@ class StartupProbe:
         client.acquire(index, GATE_TIMEOUT_S)
         client.release(index)
         return index
+
+
+class _Idle:
+    """A hosted worker with nothing to read: its ``init`` returns at once."""
+
+    def init(self) -> int:
+        return 0
 
 
 class Echo:

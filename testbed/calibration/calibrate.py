@@ -95,8 +95,9 @@ Progress = Callable[[str], None]
 # work once per step read (``StepReadCosts.step_overhead_s``), and 200 back-to-back reads a cell;
 # 29: a reply to a caller held waiting (``SchedulerCosts.reply_wake_s``); 30: the runs' shards touch
 # a reply buffer for every thread of their pool (``runner.run.shard_reply_buffers``): the large
-# pulls of the per-call runs no longer hold a thread's first allocation
-CALIBRATION_VERSION = 30
+# pulls of the per-call runs no longer hold a thread's first allocation; 31: the init call to
+# processes hosting several workers each (``init_hosted_s_by_workers``, ``_measure_hosted``)
+CALIBRATION_VERSION = 31
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
 REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)
@@ -178,7 +179,9 @@ def _median(xs: list[float]) -> float:
 
 def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
                    fanout_counts: tuple[int, ...] = (),
-                   gate_counts: tuple[int, ...] = ()) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+                   gate_counts: tuple[int, ...] = (),
+                   hosted: Optional[tuple[int, tuple[int, ...]]] = None) -> tuple[dict[int, float], dict[int, float],
+                                                                                  dict[int, float], dict[str, Any]]:
     """Seconds from asking for k new actors until all answer, for each k in ``counts``; and,
     once they are up and idle, the median of a few calls to j of them at once, for each j in
     ``counts`` and ``fanout_counts`` (the init phase's call to the worker processes when there
@@ -191,9 +194,11 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
     between 0.83 s at 2 and 6.48 s at 16, on 2026-12-03), while the fan-out is not (6.2 ms to 8,
     where the line says 5.3).
 
-    On the last batch, the I/O gate's cost for ``gate_counts`` (``_measure_gate``)."""
+    On the last batch, the I/O gate's cost for ``gate_counts`` (``_measure_gate``), and with
+    ``hosted`` = (processes, thread counts) what hosting several workers adds to the init call
+    (``_measure_hosted``; {} without)."""
     import ray
-    setup, fanout, gate = {}, {}, {}
+    setup, fanout, gate, hosting = {}, {}, {}, {}
     wanted = sorted(set(counts) | set(fanout_counts))
     for k in counts:
         progress(f"actor start-up ({k} actors)")
@@ -212,10 +217,52 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
         if k == counts[-1] and gate_counts:
             progress(f"the I/O gate's hand-off ({', '.join(map(str, gate_counts))} actors)")
             gate = _measure_gate(actors, [j for j in gate_counts if j <= k])
+        if k == counts[-1] and hosted is not None:
+            processes, threads = hosted
+            progress(f"the init call to processes hosting {', '.join(map(str, threads))} workers each")
+            hosting = _measure_hosted(actors, processes, threads)
         for a in actors:
             ray.kill(a)
         time.sleep(0.5)  # let the killed processes go before the next count
-    return setup, fanout, gate
+    return setup, fanout, gate, hosting
+
+
+# Calls to each group of probes in the hosted-workers measurement (the median of each group's),
+# and the workers a probe hosts in each group beyond the single-worker one: two (the fewest a
+# host hands out to threads) and eight (32 sleeping workers on two cores); ~1.5 s in all.
+HOSTED_ROUNDS = 9
+HOSTED_THREADS = (2, 8)
+
+
+def _measure_hosted(actors: list[Any], processes: int, threads: tuple[int, ...]) -> dict[str, Any]:
+    """What hosting t workers in each of the init call's worker processes adds to that call
+    with nothing to read, for each t in ``threads``: groups of ``processes`` idle probes, one
+    hosting a single worker (run inline, as a host of one runs it) and one per t hosting t
+    (a started thread each, ``actors.host.VirtualWorkers``), called in turn over
+    ``HOSTED_ROUNDS`` rounds, 50 ms idle before each call; per t the median call less the
+    single-worker group's, never below 0. ``processes`` is cut to what the probes allow
+    (``len(actors)`` over the groups) and returned with the figures:
+    {"processes": p, "by_threads": {t: seconds}}.
+
+    Why: a worker process hosting several workers (``sleep`` compute, about two processes a
+    core) hands the call to a thread per worker and waits for them all, which the fan-out to
+    bare probes never does. The held-out draws of 2026-12-05 (19:00-21:00) measured the inits
+    with nothing to read of 8-32 sleeping workers (4 processes) 1.0-1.5 x their prediction,
+    growing with the workers per process; side by side in one session (2026-12-05, 4 processes
+    on 2 cores) one worker a process answered in 2.7-3.0 ms, two to eight in 3.2-3.8 ms."""
+    import ray
+    groups = 1 + len(threads)
+    p = max(1, min(processes, len(actors) // groups))
+    ray.get([a.host_workers.remote(n) for n, g in zip((1, *threads), range(groups)) for a in actors[g * p:(g + 1) * p]])
+    calls: list[list[float]] = [[] for _ in range(groups)]
+    for r in range(HOSTED_ROUNDS):
+        for g in [(r + i) % groups for i in range(groups)]:  # each group first in turn
+            time.sleep(0.05)  # idle first, as the worker processes are when init starts
+            t0 = time.perf_counter()
+            ray.get([a.init_hosted.remote() for a in actors[g * p:(g + 1) * p]])
+            calls[g].append(time.perf_counter() - t0)
+    one = _median(calls[0])
+    return {"processes": p, "by_threads": {t: max(0.0, _median(c) - one) for t, c in zip(threads, calls[1:])}}
 
 
 # Sequential inits timed per count of workers at the gate (paired with a plain call each).
@@ -349,9 +396,11 @@ def _scalar_server_figures(costs: CallCosts, reference: ReferenceCurves) -> dict
             "server_call_overhead_s": costs.dispatch_fixed_s()}
 
 
-def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False) -> dict[str, Any]:
+def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = False, cores: int = 1) -> dict[str, Any]:
     """Measure the Ray-side figures on the Ray this process is connected to: keyword
-    arguments of ``HardwareProfile`` (all but identity, cores and disk) and ``details``."""
+    arguments of ``HardwareProfile`` (all but identity, cores and disk) and ``details``.
+    ``cores``: the smallest node's (where the hosted workers' hand-out is measured at the
+    process count the runner makes for sleeping workers, ``PROCESSES_PER_CORE`` a core)."""
     import ray
 
     from actors.probe import Echo, Probe, StartupProbe
@@ -378,9 +427,12 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         small_calls = measure_small_calls(costs, quick, progress, reuse)
         large_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGE_BYTES)
         larger_calls = measure_small_calls(costs, quick, progress, reuse, size=BEYOND_LARGER_BYTES)
-    setup, fanout, gate = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0), (2, 4) if quick else (2, 16),
-                                         progress, fanout_counts=() if quick else (8,),
-                                         gate_counts=(1, 2, 4) if quick else (1, 4, 16))
+    from testbed.emulation.hosting import PROCESSES_PER_CORE
+    setup, fanout, gate, hosting = _measure_setup(ray.remote(StartupProbe).options(num_cpus=0),
+                                                  (2, 4) if quick else (2, 16), progress,
+                                                  fanout_counts=() if quick else (8,),
+                                                  gate_counts=(1, 2, 4) if quick else (1, 4, 16),
+                                                  hosted=(PROCESSES_PER_CORE * max(1, cores), HOSTED_THREADS))
     (k0, t0), (k1, t1) = list(setup.items())[0], list(setup.items())[-1]
     one_shard = costs[0]
     return {
@@ -388,6 +440,7 @@ def measure_ray_figures(progress: Progress = lambda s: None, *, quick: bool = Fa
         "flops_per_s": flops, "gradient_fill_bytes_per_s": fill_bps,
         "setup_s_by_actors": setup, "actor_setup_s": (t1 - t0) / (k1 - k0),
         "init_fanout_s_by_actors": fanout, "init_gate_s_by_workers": gate,
+        "init_hosted_s_by_workers": hosting.get("by_threads", {}), "init_hosted_processes": hosting.get("processes", 0),
         "call_costs": costs, "small_calls_by_shards": small_calls,
         "large_calls_by_shards": large_calls, "large_calls_bytes": BEYOND_LARGE_BYTES,
         "larger_calls_by_shards": larger_calls, "larger_calls_bytes": BEYOND_LARGER_BYTES,
@@ -431,7 +484,7 @@ def calibrate(*, address: Optional[str] = None, out: Optional[Path] = None, reca
             # backed data directory is refused here as the disk calibration below refuses it.
             _, bypass = check_cache_bypass(data_dir, allow_cached=False)
             step_reads = measure_step_reads(data_dir, quick=quick, cache_bypass=bypass, progress=progress)
-        figures = measure_ray_figures(progress, quick=quick)
+        figures = measure_ray_figures(progress, quick=quick, cores=_node_cores(identity))
         figures["step_reads"] = step_reads
         from testbed.calibration.scheduler import measure_scheduler
         figures["scheduler"] = measure_scheduler(_node_cores(identity), quick=quick, progress=progress)

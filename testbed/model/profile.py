@@ -195,6 +195,12 @@ class HardwareProfile:
     # threads woken, a call that hands it on), read with ``terms.init_gate_s``. Empty (profiles
     # before calibration version 19): two actor-call latencies a worker.
     init_gate_s_by_workers: dict[int, float] = dataclasses.field(default_factory=dict)
+    # What hosting t workers in each worker process adds to that call, for a few t (the host
+    # hands the call to a thread per worker and waits for them all; one worker runs inline):
+    # measured with ``init_hosted_processes`` processes on one node, read with
+    # ``terms.init_hosted_s``. Empty (profiles before calibration version 31): nothing.
+    init_hosted_s_by_workers: dict[int, float] = dataclasses.field(default_factory=dict)
+    init_hosted_processes: int = 0
     # The scheduler under load: how late a spin ends and how long a woken read waits for a core,
     # against CPU-bound processes per core (scheduler.py). None (profiles before it): not modelled.
     scheduler: Optional[SchedulerCosts] = None
@@ -246,7 +252,7 @@ class HardwareProfile:
                 raise ValueError(f"nodes must be >= 1, got {self.nodes}")
             object.__setattr__(self, "nodes", int(self.nodes))
         object.__setattr__(self, "setup_s_by_actors", {int(k): float(v) for k, v in self.setup_s_by_actors.items()})
-        for name in ("init_fanout_s_by_actors", "init_gate_s_by_workers"):
+        for name in ("init_fanout_s_by_actors", "init_gate_s_by_workers", "init_hosted_s_by_workers"):
             object.__setattr__(self, name, {int(k): float(v) for k, v in getattr(self, name).items()})
         for name in ("disk", "disk_reference"):
             if isinstance(getattr(self, name), dict):

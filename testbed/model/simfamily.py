@@ -44,13 +44,12 @@ from testbed.model.stragglers import stragglers
 from testbed.model.terms import (
     StepTerms,
     emulated_apply_s,
-    init_call_s,
+    init_driver_call_s,
     init_gate_s,
     init_read_bytes,
     init_reply_wake_s,
     read_calls,
     steps_per_worker,
-    worker_processes,
 )
 
 __all__ = ["sim_spec", "simulated_prediction", "simulated_rates", "POINT_WORKER_STEPS", "CURVE_WORKER_STEPS",
@@ -231,7 +230,7 @@ def simulated_rates(config: Any, profile: HardwareProfile, t: StepTerms, n_max: 
 def _init_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     """The simulated init phase with ``workers`` workers (the disk's curve from the profile, as
     ``terms.init_seconds`` reads it)."""
-    call = init_call_s(profile, worker_processes(config, profile, workers))  # the driver's call
+    call = init_driver_call_s(config, profile, workers)  # the driver's call
     if config.workload.dataset_bytes <= 0 or profile.disk is None:
         return call
     disk = profile.disk

@@ -31,14 +31,14 @@ import math
 from typing import Any, Optional
 
 from testbed.config.errors import UserError
-from testbed.emulation.hosting import process_count, requested_workers_per_process
+from testbed.emulation.hosting import process_count, requested_workers_per_process, workers_per_process
 from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, CallCosts, at_side
 from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 from testbed.model.scheduler import load_curve_at
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_gate_s", "init_seconds",
+    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_hosted_s", "init_driver_call_s", "init_gate_s", "init_seconds",
     "worker_processes", "steps_per_worker", "extrapolated",
     "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction", "emulated_apply_s",
 ]
@@ -503,6 +503,40 @@ def init_call_s(profile: HardwareProfile, processes: int = 1) -> float:
     return max(one, interpolate_setup_s([(1, one), *points], processes))
 
 
+def init_hosted_s(config: Any, profile: HardwareProfile, workers: int) -> float:
+    """What hosting several workers in each worker process adds to the init call: the
+    calibrated figure at the workers a process hosts (``init_hosted_s_by_workers``, 0 at one,
+    which runs inline; linear between its counts, along its last segment beyond them), scaled by
+    the node's processes against the count it was measured at (the hand-outs of all processes
+    share the node's cores; never fewer than its cores). 0 in profiles without the figure, and
+    wherever every process hosts one worker (``spin`` and ``matmul`` compute).
+
+    Why: each hosted worker's ``init`` runs in a thread of its own that the host wakes and
+    waits for; the held-out draws of 2026-12-05 (19:00-21:00) measured the inits with nothing
+    to read of 8-32 sleeping workers (4 processes on 2 cores) 1.0-1.5 x their prediction,
+    more with more workers a process (docs/model.md, "The init call to processes hosting
+    several workers")."""
+    points = sorted(profile.init_hosted_s_by_workers.items())
+    if not points or workers <= 1:
+        return 0.0
+    on_node = math.ceil(workers / max(1, min(node_count(profile), workers)))
+    requested = requested_workers_per_process(_value(config.compute.mode), config.workers_per_process)
+    per = workers_per_process(on_node, profile.cores_per_node, requested)
+    if per <= 1:
+        return 0.0
+    processes = math.ceil(on_node / per)
+    cores = max(1, int(profile.cores_per_node))
+    scale = max(processes, cores) / max(profile.init_hosted_processes, cores)
+    return max(0.0, float(interpolate_setup_s([(1, 0.0), *points], per))) * scale
+
+
+def init_driver_call_s(config: Any, profile: HardwareProfile, workers: int) -> float:
+    """The driver's call that starts init with ``workers`` workers, nothing read: to the worker
+    processes the runner makes (``init_call_s``), each handing it to the workers it hosts
+    (``init_hosted_s``)."""
+    return init_call_s(profile, worker_processes(config, profile, workers)) + init_hosted_s(config, profile, workers)
+
+
 def init_gate_s(profile: HardwareProfile, workers: int) -> float:
     """What a sequential init's I/O gate adds for ``workers`` workers taking its token in turn,
     beyond the driver's call: on the calibrated curve (``init_gate_s_by_workers``), linear
@@ -544,7 +578,7 @@ def init_seconds(config: Any, profile: HardwareProfile, workers: int, *, ideal: 
     """
     # The driver's call that starts the phase (and waits for its end) costs its calibrated
     # time even with nothing to read.
-    call = 0.0 if ideal else init_call_s(profile, worker_processes(config, profile, workers))
+    call = 0.0 if ideal else init_driver_call_s(config, profile, workers)
     if config.workload.dataset_bytes <= 0:
         return call
     disk = _need_disk(profile, "the workload has a data set to read at init")

@@ -38,6 +38,7 @@ _LABELS = {
     "large_calls_by_shards": "worker at the large size",
     "larger_calls_by_shards": "worker at the larger size",
     "load_average": "load average (1 min) as calibration began",
+    "init_hosted_processes": "worker processes the hosted workers' init call was measured with",
     "plain_pull_step_s": "an ssp pull (a call of its own): what each shard beyond the first adds, by slice",
     "ray_cpu_per_step_s": "Ray's own processes' CPU per worker step",
     "ray_cpu_shard_step_s": "Ray's own processes' CPU per worker step: what each shard beyond the first adds, by slice",
@@ -47,6 +48,7 @@ _LABELS = {
 _POINT_LABELS = {"setup_s_by_actors": "start-up of {key} actor{s} at once",
                  "init_fanout_s_by_actors": "the driver's call to {key} idle actor{s} at once",
                  "init_gate_s_by_workers": "the I/O gate's turns for {key} worker{s} in a sequential init (beyond the call)",
+                 "init_hosted_s_by_workers": "the init call to processes hosting {key} worker{s} each (beyond one each)",
                  "small_calls_by_shards": "the worker's calls with {key} shard{s} at the smallest size",
                  "large_calls_by_shards": "the worker's calls with {key} shards at the large size (slices through the object store)",
                  "larger_calls_by_shards": "the worker's calls with {key} shards at the larger size (slices through the object store)"}

@@ -156,7 +156,7 @@ def _measured_as(profile, monkeypatch):
     kept = ("identity", "cores_per_node", "nodes", "disk", "disk_reference", "load_average", "created",
             "step_reads", "scheduler")
     figures = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name not in kept}
-    monkeypatch.setattr(calibrate_module, "measure_ray_figures", lambda progress, quick: {**figures, "details": {}})
+    monkeypatch.setattr(calibrate_module, "measure_ray_figures", lambda progress, quick, cores=1: {**figures, "details": {}})
     monkeypatch.setattr(reads_module, "measure_step_reads", lambda *a, **k: profile.step_reads)
     monkeypatch.setattr(scheduler_module, "measure_scheduler", lambda *a, **k: profile.scheduler)
     disks = iter([profile.disk, profile.disk_reference])
@@ -211,6 +211,20 @@ def test_calibration_measures_the_init_call_to_several_processes_and_the_gate(va
     # and the I/O gate's turns (a sequential init) through a real gate actor: every turn costs
     gate = profile.init_gate_s_by_workers
     assert sorted(gate) == [1, 2, 4] and gate[1] > 0 and gate[4] > gate[1]
+    # and what hosting 2 and 8 workers a process adds, on the probes the quick batch allows
+    # (4 probes, 3 groups: one process a group)
+    assert sorted(profile.init_hosted_s_by_workers) == [2, 8] and profile.init_hosted_processes == 1
+    assert all(0 <= s < 1 for s in profile.init_hosted_s_by_workers.values())
+
+
+def test_the_startup_probe_hosts_its_workers_as_a_worker_process_does():
+    from actors.probe import StartupProbe
+
+    probe = StartupProbe()
+    assert probe.host_workers(1) == 0  # one runs inline
+    assert probe.init_hosted() == 1
+    assert probe.host_workers(5) == 5  # a started thread each
+    assert probe.init_hosted() == 5
 
 
 def test_calibration_measures_a_bare_calls_cpu_at_the_callee_and_the_caller(validated, cache_dir):

@@ -104,3 +104,37 @@ def test_the_drivers_wake_up_after_the_reads_is_the_curve_at_the_phase_less_at_t
     # nothing to read: the call alone, which holds its own wake-up already
     empty = run_config()
     assert init_seconds(empty, woken, 3, ideal=False) == init_seconds(empty, plain, 3, ideal=False)
+
+
+def test_hosting_several_workers_a_process_adds_the_calibrated_hand_out_to_the_init_call():
+    from testbed.model.families import ModelFamily
+    from testbed.model.prediction import predict
+    from testbed.model.terms import init_driver_call_s, init_hosted_s
+
+    hosted = {2: 0.0004, 8: 0.0007}
+    p = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005}, init_hosted_s_by_workers=hosted,
+                init_hosted_processes=4)
+    bare = profile(init_call_s=0.001, init_fanout_s_by_actors={2: 0.0015, 8: 0.005})
+    sleep, spin = run_config(), run_config(compute={"mode": "spin", "seconds": "1ms"})
+    # sleeping workers on 2 cores: 4 processes; 32 workers host 8 each, 16 host 4, 8 host 2
+    assert init_hosted_s(sleep, p, 32) == pytest.approx(0.0007)
+    assert init_hosted_s(sleep, p, 16) == pytest.approx(0.0004 + 2 * 0.0003 / 6)  # linear between
+    assert init_hosted_s(sleep, p, 8) == pytest.approx(0.0004)
+    assert init_hosted_s(sleep, p, 64) == pytest.approx(0.0007 + 8 * 0.0003 / 6)  # along the last segment
+    # one worker a process (4 or fewer sleeping, every spinning one) runs inline: nothing
+    for workers in (1, 3, 4):
+        assert init_hosted_s(sleep, p, workers) == 0.0
+    assert init_hosted_s(spin, p, 32) == 0.0
+    # 6 workers: 3 processes of 2, their hand-outs sharing 2 cores: 3/4 of the figure at 4
+    assert init_hosted_s(sleep, p, 6) == pytest.approx(0.0004 * 3 / 4)
+    # a spec's own workers_per_process: 2 processes of 8 on 2 cores, half the figure at 4
+    assert init_hosted_s(run_config(workers_per_process=8), p, 16) == pytest.approx(0.0007 * 2 / 4)
+    assert init_hosted_s(sleep, bare, 32) == 0.0  # profiles before it was calibrated
+    # the driver's call is the fan-out to the processes plus the hand-out, in every family but
+    # the study's initial one, with and without a data set to read
+    assert init_driver_call_s(sleep, p, 32) == pytest.approx(init_call_s(p, 4) + 0.0007)
+    assert init_seconds(sleep, p, 32, ideal=False) == pytest.approx(init_seconds(sleep, bare, 32, ideal=False) + 0.0007)
+    data = run_config(workers=32, workload={"steps": 6, "dataset_bytes": 8_000_000}, data={"init_io": "parallel"})
+    for family in (ModelFamily.SIMULATED, ModelFamily.QUEUEING, ModelFamily.UPDATED):
+        assert predict(data, p, family).init_s == pytest.approx(predict(data, bare, family).init_s + 0.0007, rel=1e-3)
+    assert predict(data, p, ModelFamily.INITIAL).init_s == predict(data, bare, ModelFamily.INITIAL).init_s
