@@ -155,7 +155,7 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     ``plan``: the (config, repeat) pairs to run instead of the spec's sweep (a draw);
     ``manifest_extra``: more fields for the manifest. ``level_check``: before the first config,
     re-measure a few calibration points in the session that runs the configs and predict at its
-    per-call cost level (``testbed.calibration.level``; about 7 s)."""
+    per-call cost level (``testbed.calibration.level``; about 21 s, 7 with a quick calibration)."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if profile_path is not None:
@@ -186,7 +186,8 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 
     def check_level() -> None:
         nonlocal profile
-        profile = profile_at_session_level(profile, say)
+        # One round when calibration is quick (smoke tests), three otherwise (level.CHECK_REPEATS).
+        profile = profile_at_session_level(profile, say, repeats=1 if quick_calibration else None)
 
     return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                           deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
@@ -194,13 +195,17 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 
 
 def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None],
-                             measure: Optional[Callable[..., HardwareProfile]] = None) -> HardwareProfile:
+                             measure: Optional[Callable[..., HardwareProfile]] = None,
+                             repeats: Optional[int] = None) -> HardwareProfile:
     """``profile`` at the per-call level of the Ray session this process is connected to
-    (``testbed.calibration.level``); when the check fails, ``profile`` unchanged with the failure
-    kept as its ``call_level`` and a warning said."""
+    (``testbed.calibration.level``; ``repeats`` rounds over its sizes, None: its default); when
+    the check fails, ``profile`` unchanged with the failure kept as its ``call_level`` and a
+    warning said."""
     from testbed.calibration.level import failed_level_record, measure_call_level
     try:
-        return (measure or measure_call_level)(profile, say)
+        if repeats is None:
+            return (measure or measure_call_level)(profile, say)
+        return (measure or measure_call_level)(profile, say, repeats=repeats)
     except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
         # The check is the model's input, not the experiment: a failed check loses nothing the
         # runs record; they are predicted at the level the profile already had. The failure is
@@ -256,7 +261,7 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP),
              no_level_check: bool = typer.Option(False, "--no-level-check", help="predict at the calibration's "
                                                  "per-call cost level, without re-measuring it in this session "
-                                                 "(saves about 7 s)")) -> None:
+                                                 "(saves about 21 s)")) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
 
     Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left

@@ -1,5 +1,6 @@
 """testbed validate end to end on real local Ray: calibrate, run, predict, compare, report."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -94,6 +95,20 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
     assert "applied to every per-call curve" in (validated.path / "report.md").read_text()
     # and the init of each check run (processes started for it, nothing to read), kept
     assert all(r["init_s"] > 0 for r in runs)
+    # a quick calibration's check is one round; its ratios are that round's
+    assert level["repeats"] == 1 and level["ratios_by_round"] == [level["ratios"]]
+
+
+def test_the_checks_rounds_are_real_runs_and_each_ratio_their_median(validated):
+    from testbed.calibration.level import CHECK_SIZES, measure_call_level, median_ratios
+    from testbed.runner.cluster import ray_session
+    profile = load_profile(validated.path / "profile.json")
+    with ray_session(None):
+        checked = measure_call_level(dataclasses.replace(profile, call_level=None), repeats=2).call_level
+    assert checked["repeats"] == 2 and len(checked["ratios_by_round"]) == 2
+    assert [r["gradient_bytes"] for r in checked["runs"]] == list(CHECK_SIZES) * 2
+    assert all(r["push_s"] > 0 and r["pull_s"] > 0 for r in checked["runs"])
+    assert checked["ratios"] == median_ratios(checked["ratios_by_round"])
 
 
 def test_summary_has_every_prediction_and_error_column(validated):

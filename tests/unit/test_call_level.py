@@ -33,6 +33,21 @@ def test_ratios_are_measured_over_calibrated_for_every_figure():
         assert [r[1] for r in rows] == pytest.approx(list(factors.values())), figure
 
 
+def test_the_checks_rounds_give_each_figure_its_median_ratio_at_each_size():
+    from testbed.calibration.level import median_ratios
+    one = costs(1)
+    rounds = [{4 * KIB: 1.5, 512 * KIB: 1.0, 8 * MIB: 0.83},  # one round off at both ends
+              {4 * KIB: 0.97, 512 * KIB: 0.95, 8 * MIB: 1.07},
+              {4 * KIB: 1.01, 512 * KIB: 1.14, 8 * MIB: 1.27}]
+    by_round = [level_from_points([point(one, n, f) for n, f in r.items()], one) for r in rounds]
+    ratios = median_ratios(by_round)
+    for figure, rows in ratios.items():
+        assert [r[0] for r in rows] == [float(n) for n in CHECK_SIZES], figure
+        assert [r[1] for r in rows] == pytest.approx([1.01, 1.0, 1.07]), figure
+    assert median_ratios(by_round[:1]) == by_round[0]  # one round: as it is
+    assert median_ratios([]) == {}
+
+
 def test_a_broken_check_run_is_bounded():
     one = costs(1)
     ratios = level_from_points([point(one, 4 * KIB, 50.0), point(one, 8 * MIB, 0.001)], one)
