@@ -12,8 +12,9 @@ had every per-step phase biased low (push -27 %, pull -33 %), the calibration of
 4 KiB pushes at 1.12 ms where the one of 18:00 read 1.68.
 
 ``testbed validate`` therefore re-measures a few of the calibration's own points (one worker,
-one shard, pulling every step, at ``CHECK_SIZES``) in the session that runs the configs, before
-the first one, measures each figure's ratio to the calibrated curves at each size, and scales
+one shard, pulling every step, at ``CHECK_SIZES``, ``CHECK_REPEATS`` rounds over them) in the
+session that runs the configs, before the first one, measures each figure's ratio to the
+calibrated curves at each size (the rounds' median: ``median_ratios``), and scales
 every per-call curve by the median of those ratios at each size where those medians run one
 way over the sizes, by one level (the median of them all) where they do not (``size_levels``
 and ``session_level`` say why, and why not each figure's own, nor a line over the sizes): the
