@@ -229,7 +229,7 @@ def _measure_setup(echo_cls: Any, counts: tuple[int, ...], progress: Progress,
 
 # Calls to each group of probes in the hosted-workers measurement (the median of each group's),
 # and the workers a probe hosts in each group beyond the single-worker one: two (the fewest a
-# host hands out to threads) and eight (32 sleeping workers on two cores); ~1.5 s in all.
+# host hands out to threads) and eight (32 sleeping workers on two cores); ~2 s in all.
 HOSTED_ROUNDS = 9
 HOSTED_THREADS = (2, 8)
 

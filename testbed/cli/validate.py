@@ -201,11 +201,9 @@ def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None
     (``testbed.calibration.level``; ``repeats`` rounds over its sizes, None: its default); when
     the check fails, ``profile`` unchanged with the failure kept as its ``call_level`` and a
     warning said."""
-    from testbed.calibration.level import failed_level_record, measure_call_level
+    from testbed.calibration.level import CHECK_REPEATS, failed_level_record, measure_call_level
     try:
-        if repeats is None:
-            return (measure or measure_call_level)(profile, say)
-        return (measure or measure_call_level)(profile, say, repeats=repeats)
+        return (measure or measure_call_level)(profile, say, repeats=CHECK_REPEATS if repeats is None else repeats)
     except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
         # The check is the model's input, not the experiment: a failed check loses nothing the
         # runs record; they are predicted at the level the profile already had. The failure is

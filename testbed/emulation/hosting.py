@@ -14,7 +14,7 @@ import math
 from typing import Optional, Sequence
 
 __all__ = ["PROCESSES_PER_CORE", "workers_per_process", "group_workers", "requested_workers_per_process",
-           "process_count"]
+           "process_count", "processes_on_node", "workers_by_node"]
 
 # Worker processes per core when the spec leaves the choice to the testbed. One process runs
 # Python on at most one core at a time (the GIL), so a node needs at least one per core to
@@ -48,12 +48,22 @@ def requested_workers_per_process(compute_mode: str, requested: Optional[int]) -
     return None if compute_mode == "sleep" else 1
 
 
+def workers_by_node(workers: int, nodes: int) -> list[int]:
+    """``workers`` spread evenly over ``nodes`` nodes (never more nodes than workers), the most
+    first (the model's view of a placement)."""
+    nodes = max(1, min(nodes, workers))
+    return [workers // nodes + (1 if i < workers % nodes else 0) for i in range(nodes)]
+
+
+def processes_on_node(workers_on_node: int, cores: float, requested: Optional[int]) -> int:
+    """How many worker processes ``group_workers`` makes for a node's ``workers_on_node``."""
+    return math.ceil(workers_on_node / workers_per_process(workers_on_node, cores, requested))
+
+
 def process_count(workers: int, nodes: int, cores_per_node: float, requested: Optional[int]) -> int:
     """How many worker processes ``group_workers`` makes for ``workers`` spread evenly over
     ``nodes`` nodes of ``cores_per_node`` cores (the model's view of a placement)."""
-    nodes = max(1, min(nodes, workers))
-    per_node = [workers // nodes + (1 if i < workers % nodes else 0) for i in range(nodes)]
-    return sum(math.ceil(n / workers_per_process(n, cores_per_node, requested)) for n in per_node if n > 0)
+    return sum(processes_on_node(n, cores_per_node, requested) for n in workers_by_node(workers, nodes) if n > 0)
 
 
 def group_workers(worker_nodes: Sequence[str], cores_by_node: dict[str, float],

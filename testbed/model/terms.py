@@ -31,14 +31,21 @@ import math
 from typing import Any, Optional
 
 from testbed.config.errors import UserError
-from testbed.emulation.hosting import process_count, requested_workers_per_process, workers_per_process
+from testbed.emulation.hosting import (
+    process_count,
+    processes_on_node,
+    requested_workers_per_process,
+    workers_by_node,
+    workers_per_process,
+)
 from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, CallCosts, at_side
 from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 from testbed.model.scheduler import load_curve_at
 
 __all__ = [
-    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_hosted_s", "init_driver_call_s", "init_gate_s", "init_seconds",
+    "StepTerms", "step_terms", "init_read_bytes", "init_call_s", "init_hosted_s", "init_driver_call_s", "init_gate_s",
+    "init_seconds",
     "worker_processes", "steps_per_worker", "extrapolated",
     "transfer_seconds", "INLINE_BYTES", "node_count", "read_calls", "plain_push_fraction", "emulated_apply_s",
 ]
@@ -519,12 +526,12 @@ def init_hosted_s(config: Any, profile: HardwareProfile, workers: int) -> float:
     points = sorted(profile.init_hosted_s_by_workers.items())
     if not points or workers <= 1:
         return 0.0
-    on_node = math.ceil(workers / max(1, min(node_count(profile), workers)))
+    on_node = workers_by_node(workers, node_count(profile))[0]  # the busiest node
     requested = requested_workers_per_process(_value(config.compute.mode), config.workers_per_process)
     per = workers_per_process(on_node, profile.cores_per_node, requested)
     if per <= 1:
         return 0.0
-    processes = math.ceil(on_node / per)
+    processes = processes_on_node(on_node, profile.cores_per_node, requested)
     cores = max(1, int(profile.cores_per_node))
     scale = max(processes, cores) / max(profile.init_hosted_processes, cores)
     return max(0.0, float(interpolate_setup_s([(1, 0.0), *points], per))) * scale
