@@ -110,6 +110,14 @@ class StepReadCosts:
         later = max(0.0, self.read_s(order, sample_bytes, 0.0) - self.step_overhead_s)
         return first + (minibatch - 1) * later
 
+    def step_read_wake_s(self, order: str, sample_bytes: int, minibatch: int, pause_s: float) -> float:
+        """What the pause adds to a step's read: ``step_read_s`` after ``pause_s`` less the same
+        read back to back. The device (and the CPU) waking from the pause: a wait every reader
+        pays for itself, side by side with the others, not work the disk does for it; the rest
+        (the back-to-back read) is what readers share the disk's rate for (simfamily)."""
+        return max(0.0, self.step_read_s(order, sample_bytes, minibatch, pause_s)
+                   - self.step_read_s(order, sample_bytes, minibatch, 0.0))
+
 
 def coerce_step_reads(value: Optional[Any]) -> Optional[StepReadCosts]:
     """A ``StepReadCosts`` from itself, a saved dict, or None."""

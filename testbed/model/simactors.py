@@ -85,6 +85,9 @@ class SimSpec:
     spin_overshoot: tuple[tuple[float, float], ...] = ()
     wake: tuple[tuple[float, float], ...] = ()
     read_ops: int = 1
+    # Of ``read_s``, the device's wake after the pause: waited by each reader before its calls,
+    # side by side with the others; only the rest is served on the shared disk.
+    read_wake_s: float = 0.0
     # A pull's reply: the parameters carried out (serialised, or put into the object store, once
     # per call), the copy's CPU less the memory copy. A sync pull that shares the round's
     # snapshot copies nothing but pays its reply (under the lock: the woken calls take it in

@@ -164,7 +164,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         # Every read call waits ``wake_s``: the first call's own curve (``wake_first_s``, recorded
         # since calibration version 25) was held out on 2026120422-23 and left out (docs/model.md,
         # "A step read's calls, woken one by one").
-        read_ops=read_calls(config),
+        read_ops=read_calls(config), read_wake_s=t.read_wake_s,
         reply_s=reply, overhead_busy_s=overhead_busy,
         reply_wake=profile.scheduler.reply_wake_s if profile.scheduler else (),
         push_alone_s=push_alone, push_pull_alone_s=push_alone + spread * copy,

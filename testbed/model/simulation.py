@@ -74,8 +74,10 @@ class SimWorker:
         self.steps_done = 0
 
     def _woken_read(self) -> Iterator[simpy.Event]:
-        """A step read as its ``read_ops`` blocking calls, each its share of the disk and then
-        the wait for a core once woken (``wake``), at the load of that moment: every process
+        """A step read as the device's wake after the pause (``read_wake_s``: this reader's own
+        wait, side by side with the other readers'), then its ``read_ops`` blocking calls, each
+        its share of the disk and then the wait for a core once woken (``wake``), at the load
+        of that moment: every process
         that wants a core, a burst of RPC work as much as a spinner. Background CPU (Ray's
         threads, event records: served unwaited) comes in slivers that never hold a core for a
         quantum: not counted. Call by call, not all at once: in a sync round every worker
@@ -85,7 +87,10 @@ class SimWorker:
         spec, env, node = self.spec, self.env, self.node
         cores = node.cores
         ops = max(1, spec.read_ops)
-        part = spec.read_s / ops
+        wake_up = min(spec.read_wake_s, spec.read_s)
+        if wake_up > 0:
+            yield env.timeout(wake_up)  # the device waking from the pause: this reader's own wait
+        part = (spec.read_s - wake_up) / ops
         for _ in range(ops):
             yield node.disk.serve(part)
             wait = load_curve_at(spec.wake, (cores.present - cores.unwaited) / spec.cores)
@@ -109,7 +114,10 @@ class SimWorker:
                     if spec.wake:
                         yield from self._woken_read()
                     else:
-                        yield node.disk.serve(spec.read_s)
+                        if spec.read_wake_s > 0:
+                            yield env.timeout(min(spec.read_wake_s, spec.read_s))
+                        if spec.read_s > spec.read_wake_s:
+                            yield node.disk.serve(spec.read_s - spec.read_wake_s)
             with compute_timer:
                 if plain_sleep:
                     if durations[step] > 0:

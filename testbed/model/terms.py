@@ -97,6 +97,9 @@ class StepTerms:
     cores: int                          # cores shared by the workers (all nodes)
     setup_per_actor_s: Optional[float]  # None: setup is not modelled
     worker_extra_s: float = 0.0          # untimed worker work per step: producing the gradient
+    # Of ``read_s``, what the pause before the read adds (the device waking: each reader's own
+    # wait, not the disk's work; ``StepReadCosts.step_read_wake_s``); 0 without paused-read curves.
+    read_wake_s: float = 0.0
     server_cpu_s: float = 0.0            # CPU all shards spend per worker step (calibrated; 0: unknown)
     setup_points: tuple[tuple[int, float], ...] = ()  # measured (actors, seconds) start-up curve
     ray_cpu_s: float = 0.0               # CPU of Ray's own processes per worker step (raylet, GCS)
@@ -198,6 +201,25 @@ def _read_terms(config: Any, profile: HardwareProfile, pause_s: float = 0.0) -> 
         return minibatch * math.ceil(sample / block) / disk.rand_read_iops[block], alphas()
     # No random figures: the bytes at the single-stream bandwidth, shared as sequential reads are.
     return minibatch * sample / disk.single_stream_bytes_per_s, alphas(random=False)
+
+
+def _read_wake_s(config: Any, profile: HardwareProfile, pause_s: float, read_s: float) -> float:
+    """The part of a step's read (``read_s``) that the pause before it adds: the read after
+    ``pause_s`` less the same read back to back (``StepReadCosts.step_read_wake_s``).
+
+    Why apart: the disk's rate by concurrent readers (``DiskProfile``) was measured back to
+    back, and a device waking from a pause is a wait each reader pays side by side with the
+    others, not work the disk does in turn. Served whole on the shared disk, the wake-up was
+    multiplied by the readers: on the draws 2026120519-2026120600, 16-21 sleeping workers'
+    8 random 4 KiB reads were simulated 1.8-6.1 ms against 1.1-3.0 measured (12-16 readers at
+    once read in 2.8 ms, about 128 reads at the disk's 44 k IOPS with 8 readers), where about
+    half of the lone read (0.4-0.5 of 0.8-1.0 ms) is the wake after the pause (docs/model.md,
+    "A step read's wake-up is each reader's own")."""
+    mode = _value(config.data.step_reads)
+    if read_s <= 0 or profile.step_reads is None or mode == "none":
+        return 0.0
+    wake = profile.step_reads.step_read_wake_s(mode, config.workload.sample_bytes, config.workload.minibatch, pause_s)
+    return min(read_s, wake)
 
 
 def read_calls(config: Any) -> int:
@@ -414,14 +436,15 @@ def step_terms(config: Any, profile: HardwareProfile) -> StepTerms:
     costs = profile.call_costs_for(config.servers)
     calls = _curve_terms(config, profile, costs) if costs is not None else _scalar_terms(config, profile)
     compute_s = _compute_s(config, profile)
-    read_s, read_alphas = _read_terms(config, profile, _read_pause_s(compute_s, calls, config.pull_every))
+    pause_s = _read_pause_s(compute_s, calls, config.pull_every)
+    read_s, read_alphas = _read_terms(config, profile, pause_s)
     mode = _value(config.compute.mode)
     return StepTerms(
         workers=config.workers, servers=config.servers, pull_every=config.pull_every,
         sync=_value(config.sync) == "sync",
         compute_s=compute_s, compute_on_cpu=mode == "matmul",
         jitter_distribution=_value(config.compute.jitter.distribution), jitter_cv=float(config.compute.jitter.cv),
-        read_s=read_s, read_rate_multipliers=read_alphas,
+        read_s=read_s, read_rate_multipliers=read_alphas, read_wake_s=_read_wake_s(config, profile, pause_s, read_s),
         cores=profile.cores_per_node * node_count(profile),
         setup_per_actor_s=profile.actor_setup_s,
         setup_points=tuple(sorted(getattr(profile, "setup_s_by_actors", {}).items())),

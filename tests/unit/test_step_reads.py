@@ -236,3 +236,44 @@ def test_a_larger_read_never_costs_less_than_a_smaller_one():
         assert c.read_s(order, 64 * KIB, 0.0) >= c.read_s(order, 4 * KIB, 0.0)
     # the paused sample keeps its measured mean
     assert c.read_s("sequential", 4 * KIB, 0.02) == pytest.approx(500 * US)
+
+
+def test_the_wake_after_the_pause_is_what_the_pause_adds_to_the_steps_read():
+    c = costs()
+    for order in ("sequential", "random"):
+        paused = c.step_read_s(order, 4 * KIB, 8, 0.01)
+        assert c.step_read_wake_s(order, 4 * KIB, 8, 0.01) == pytest.approx(paused - c.step_read_s(order, 4 * KIB, 8, 0.0))
+        assert c.step_read_wake_s(order, 4 * KIB, 8, 0.01) == pytest.approx(100 * US)  # the curves' gap at 10 ms
+        assert c.step_read_wake_s(order, 4 * KIB, 8, 0.0) == 0.0
+
+
+def test_readers_at_once_wait_their_wake_side_by_side_and_share_the_disk_for_the_rest():
+    # A sync round's workers all read at the same moment on a disk with one reader's rate
+    # however many read: each read's wake after the pause (the device waking) is its own
+    # wait, so four readers take wake + 4 x the back-to-back read, not 4 x the paused read.
+    from testbed.model.profile import DiskProfile
+    from testbed.model.simfamily import sim_spec
+    from testbed.model.simulation import simulate
+    from tests.unit.test_model_simulated import config, profile
+
+    slow = StepReadCosts(tuple(PausedReadCurve("sequential", pause, SizeCurve(((4 * KIB, base), (1 * MIB, base))))
+                               for pause, base in ((0.0, 0.001), (0.01, 0.003))))
+    flat = DiskProfile(seq_read_bytes_per_s={1: 1e9}, block_bytes=4096)
+    prof = profile(cores_per_node=64, disk=flat, step_reads=slow)
+
+    def read(workers: int, **changes) -> tuple[float, float, float]:
+        cfg = config(workers=workers, sync="sync", compute={"mode": "sleep", "seconds": 0.05},
+                     workload={"steps": 10, "dataset_bytes": 10**7, "minibatch": 8, "sample_bytes": 4096},
+                     data={"step_reads": "sequential"})
+        terms = step_terms(cfg, prof)
+        spec = dataclasses.replace(sim_spec(cfg, prof, terms), **changes)
+        return terms.read_s, terms.read_wake_s, simulate(spec).phases["read"]
+
+    alone, wake, one = read(1)
+    assert alone == pytest.approx(0.003) and wake == pytest.approx(0.002)  # the pause is past 10 ms: flat
+    assert one == pytest.approx(alone, rel=1e-6)  # a lone reader: the same read either way
+    _, _, four = read(4)
+    assert four == pytest.approx(0.002 + 4 * 0.001, rel=1e-6)
+    # the whole read served on the disk, as before: four paused reads in turn
+    _, _, shared = read(4, read_wake_s=0.0)
+    assert shared == pytest.approx(4 * 0.003, rel=1e-6)
