@@ -12,13 +12,18 @@ __all__ = ["measure_scheduler", "reply_wake_from_calls", "LOADS", "QUICK_LOADS",
 
 LOADS = (0, 1, 2, 4, 8, 16)           # CPU-bound processes besides the probe, per core
 QUICK_LOADS = (0, 2, 8)
-SAMPLES, QUICK_SAMPLES = 10, 4
+# Samples a load: 20, each a spin and 8 woken calls. At 2-4 spinners a core a sample's mean wake
+# is either ~0.07 ms (woken at once) or 0.4-4 ms (a slice or more), so 10 samples read the wake
+# at 4 spinners a core anywhere in 0.18-2.34 ms over nine calibrations of 2026-12-05/06 (20 by
+# hand: 1.17-1.60); the hours whose curve read it lowest left the spinning workers' reads
+# shortest. 20 samples take ~2.7 s more (6.2 s in all on 2 cores).
+SAMPLES, QUICK_SAMPLES = 20, 4
 SPIN_S = 0.02
 
 
 def measure_scheduler(cores: int, *, quick: bool = False,
                       progress: Callable[[str], None] = lambda s: None) -> SchedulerCosts:
-    """About 5 s on 2 cores (1.5 s quick)."""
+    """About 6 s on 2 cores (1.5 s quick)."""
     import ray
 
     from actors.schedprobe import SchedulerProbe
