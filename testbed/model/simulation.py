@@ -15,7 +15,7 @@ same result. Pure: SimPy, numpy and the standard library.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 import numpy as np
 import simpy
@@ -87,15 +87,21 @@ class SimWorker:
         spec, env, node = self.spec, self.env, self.node
         cores = node.cores
         ops = max(1, spec.read_ops)
-        wake_up = min(spec.read_wake_s, spec.read_s)
-        if wake_up > 0:
-            yield env.timeout(wake_up)  # the device waking from the pause: this reader's own wait
-        part = (spec.read_s - wake_up) / ops
+        part = (yield from self._read_wake_up()) / ops
         for _ in range(ops):
             yield node.disk.serve(part)
             wait = load_curve_at(spec.wake, (cores.present - cores.unwaited) / spec.cores)
             if wait > 0:
                 yield env.timeout(wait)
+
+    def _read_wake_up(self) -> Generator[simpy.Event, Any, float]:
+        """The device's wake after the pause (``read_wake_s``, at most the read): this reader's
+        own wait, side by side with the others'. Returns the rest of the read, the disk's work."""
+        spec = self.spec
+        wake_up = min(spec.read_wake_s, spec.read_s)
+        if wake_up > 0:
+            yield self.env.timeout(wake_up)
+        return spec.read_s - wake_up
 
     def train(self) -> Iterator[simpy.Event]:
         spec, env, node = self.spec, self.env, self.node
@@ -114,10 +120,9 @@ class SimWorker:
                     if spec.wake:
                         yield from self._woken_read()
                     else:
-                        if spec.read_wake_s > 0:
-                            yield env.timeout(min(spec.read_wake_s, spec.read_s))
-                        if spec.read_s > spec.read_wake_s:
-                            yield node.disk.serve(spec.read_s - spec.read_wake_s)
+                        work = yield from self._read_wake_up()
+                        if work > 0:
+                            yield node.disk.serve(work)
             with compute_timer:
                 if plain_sleep:
                     if durations[step] > 0:

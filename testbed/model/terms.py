@@ -215,10 +215,10 @@ def _read_wake_s(config: Any, profile: HardwareProfile, pause_s: float, read_s: 
     once read in 2.8 ms, about 128 reads at the disk's 44 k IOPS with 8 readers), where about
     half of the lone read (0.4-0.5 of 0.8-1.0 ms) is the wake after the pause (docs/model.md,
     "A step read's wake-up is each reader's own")."""
-    mode = _value(config.data.step_reads)
-    if read_s <= 0 or profile.step_reads is None or mode == "none":
+    if read_s <= 0 or profile.step_reads is None:  # no step reads (mode "none" or no data set): read_s is 0
         return 0.0
-    wake = profile.step_reads.step_read_wake_s(mode, config.workload.sample_bytes, config.workload.minibatch, pause_s)
+    wake = profile.step_reads.step_read_wake_s(_value(config.data.step_reads), config.workload.sample_bytes,
+                                               config.workload.minibatch, pause_s)
     return min(read_s, wake)
 
 
