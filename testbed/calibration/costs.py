@@ -63,6 +63,7 @@ class RunPoint:
     ray_cpu_s: float = 0.0   # Ray's own processes' CPU during training (raylet, GCS, agents)
     plain_pulls: bool = False  # an ``ssp`` run: every pull a call of its own (``plain_pull_step_from_points``)
     raylet_cpu_s: float = 0.0  # the raylet's part of ``ray_cpu_s`` (the object store's owner; 0: not read)
+    fresh: bool = False      # the run started a process of its own (``init_call_from_points``)
 
 
 def _mean(durations: list[float]) -> float:
@@ -99,10 +100,30 @@ def point_from_run(gradient_bytes: int, shards: int, steps: int, columns: dict[s
                     float(np.median(init)) if init else 0.0, float(ray_cpu_s), plain_pulls, float(raylet_cpu_s))
 
 
+# Fewest runs that started a process of their own for the init call to be read from them alone.
+FRESH_INIT_RUNS = 3
+
+
 def init_call_from_points(points: list[RunPoint]) -> float | None:
-    """The driver's init call with nothing to read: the median init span of the runs (None
-    when no run recorded one)."""
+    """The driver's init call with nothing to read: the median init span of the runs that
+    started a process of their own (``RunPoint.fresh``), or of every run when fewer than
+    ``FRESH_INIT_RUNS`` did (None when no run recorded one).
+
+    Why the fresh runs: a run of the testbed starts its shard and worker processes, waits for
+    them to answer, and calls init right away, while the sweep's runs mostly take processes an
+    earlier run started (``ReusedActors``). An init in a session with a process just started
+    takes longer: side by side on 2026-12-06 (one worker, one shard, nothing to read, six
+    rounds alternated), 0.95 ms with both processes new, 0.90 and 0.96 with either one new, and
+    0.75 with both reused; in one sweep, the six runs with a step clock of their own (``ssp``:
+    never reused) 1.02 ms at the median, the other eighteen 0.88. Read from every run (the rule
+    before), the one-worker inits of the held-out draws 2026120519 to 2026120603 measured 1.15 x
+    the calibrated call at the median (26 with nothing to read, 1.14 for 9 parallel inits with
+    data), where 2 to 8 processes, read off the fan-out to freshly started probes, measured
+    0.98-1.03 x."""
     spans = [p.init_s for p in points if p.init_s > 0]
+    fresh = [p.init_s for p in points if p.init_s > 0 and p.fresh]
+    if len(fresh) >= FRESH_INIT_RUNS:
+        spans = fresh
     return float(np.median(spans)) if spans else None
 
 
@@ -316,10 +337,15 @@ def run_point(nbytes: int, shards: int, pull_every: int | None, steps: int, reus
     if plain_pulls:
         spec.update(sync="ssp", staleness=steps)
     cfg = expand(parse_spec(spec))[0]
+    made = reuse.made if reuse is not None else 0
     outcome = run_config(cfg, 0, "calibrate", reuse=reuse)
-    return point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
-                          sum(outcome.ray_background_cpu_s.values()), plain_pulls,
-                          outcome.ray_background_cpu_s.get("raylet", 0.0))
+    point = point_from_run(nbytes, shards, steps, outcome.columns, outcome.train_cpu_s,
+                           sum(outcome.ray_background_cpu_s.values()), plain_pulls,
+                           outcome.ray_background_cpu_s.get("raylet", 0.0))
+    # A run started a process when nothing was reused, when the reused set lacked one of its
+    # actors, or for its step clock (``ssp``: never reused).
+    fresh = reuse is None or reuse.made > made or plain_pulls
+    return dataclasses.replace(point, fresh=fresh)
 
 
 def measure_call_costs(quick: bool, progress: Callable[[str], None],
@@ -380,7 +406,8 @@ def mean_point(a: RunPoint, b: RunPoint) -> RunPoint:
         raise ValueError("only runs of one size, shard count and pull schedule are averaged")
     fields = {f.name: (getattr(a, f.name) + getattr(b, f.name)) / 2 for f in dataclasses.fields(RunPoint)
               if isinstance(getattr(a, f.name), float)}
-    return dataclasses.replace(a, **fields)
+    # The init span is averaged too: fresh only when both runs started a process of their own.
+    return dataclasses.replace(a, fresh=a.fresh and b.fresh, **fields)
 
 
 # A shard count beyond the curves', run at the smallest size only: the step a call more per

@@ -114,6 +114,7 @@ def test_reused_actors_keep_their_processes_and_start_every_config_afresh(ray_lo
         outs = [run_config(cfg, 0, "reuse-test", keep_parameters=True, reuse=pool) for cfg in cfgs]
         held = list(pool._actors.values())
         assert len(held) == 3  # worker-0's process and shards 0 and 1
+        assert pool.made == 3  # started by the first two configs; the third started none
         assert all(ray.get([a.cpu_s.remote() for a in held]))  # alive until the pool closes
     pids = [{a: n["pid"] for a, n in out.nodes.items()} for out in outs]
     assert pids[0]["server-0"] == pids[1]["server-0"] == pids[2]["server-0"]
@@ -127,6 +128,19 @@ def test_reused_actors_keep_their_processes_and_start_every_config_afresh(ray_lo
     for actor in held:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.cpu_s.remote(), timeout=30)
+
+
+def test_a_calibration_run_says_whether_it_started_a_process(ray_local):
+    """``RunPoint.fresh`` (the runs the init call is read from): the first run of a pool starts
+    its processes, the next reuses them, and an ``ssp`` run starts its step clock."""
+    from testbed.calibration.costs import run_point
+    from testbed.runner.run import ReusedActors
+
+    with ReusedActors() as pool:
+        first, again = (run_point(4096, 1, 1, 4, pool) for _ in range(2))
+        clocked = run_point(4096, 1, 1, 4, pool, plain_pulls=True)
+    assert (first.fresh, again.fresh, clocked.fresh) == (True, False, True)
+    assert first.init_s > 0 and again.init_s > 0
 
 
 def test_reused_actors_refuse_a_config_they_cannot_reset(ray_local):

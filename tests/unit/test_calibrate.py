@@ -80,6 +80,33 @@ def columns(steps, push_ms, pull_ms, gap_ms, pull_every=1, compute_ms=20.0, shar
     return cols
 
 
+def test_the_init_call_is_read_from_the_runs_that_started_a_process():
+    """A run of the testbed inits right after starting its processes; the sweep's runs mostly
+    reuse them, and a session with a new process inits slower: the calibrated call is the fresh
+    runs' median when there are enough of them, every run's otherwise."""
+    import dataclasses
+
+    from testbed.calibration.costs import FRESH_INIT_RUNS, init_call_from_points, mean_point
+    base = point_from_run_at(1.0)
+    reused = [dataclasses.replace(base, init_s=s) for s in (0.7e-3, 0.8e-3, 0.9e-3, 0.75e-3, 0.85e-3)]
+    fresh = [dataclasses.replace(base, init_s=s, fresh=True) for s in (1.0e-3, 1.1e-3, 1.2e-3)]
+    assert len(fresh) == FRESH_INIT_RUNS
+    assert init_call_from_points(reused + fresh) == pytest.approx(1.1e-3)
+    # Too few fresh runs to stand alone: every run's median, as before.
+    assert init_call_from_points(reused + fresh[:FRESH_INIT_RUNS - 1]) == pytest.approx(0.85e-3)
+    # A remeasured pair is fresh only when both runs were.
+    assert mean_point(fresh[0], fresh[1]).fresh and not mean_point(fresh[0], reused[0]).fresh
+    assert mean_point(fresh[0], reused[0]).init_s == pytest.approx(0.85e-3)
+
+
+def point_from_run_at(init_ms: float):
+    from testbed.calibration.costs import point_from_run
+    cols = columns(10, 2.0, 1.0, 0.3)
+    cols["duration_ns"] = [init_ms * 1e6 if (r, ph) == ("driver", "init") else d
+                           for r, ph, d in zip(cols["role"], cols["phase"], cols["duration_ns"])]
+    return point_from_run(4096, 1, 10, cols, {})
+
+
 def test_a_run_point_is_read_from_the_events():
     from testbed.calibration.costs import point_from_run
     p = point_from_run(4096, 1, 10, columns(10, 2.0, 1.0, 0.3), {"worker-0": 0.02, "server-0": 0.01})
