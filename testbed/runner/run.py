@@ -185,7 +185,11 @@ class ReusedActors:
 
     def __init__(self) -> None:
         self._actors: dict[tuple[str, int], Any] = {}
-        self.made = 0                   # actors started so far (a config that needed a new one)
+
+    @property
+    def made(self) -> int:
+        """Actors the pool has started and holds (each by the first config that needed it)."""
+        return len(self._actors)
 
     def get(self, kind: str, index: int, cls: Any, options: dict[str, Any], node: str, *args: Any, **kwargs: Any) -> Any:
         """The actor ``kind`` ``index``: made with ``options`` less its placement, on ``node``, or
@@ -198,7 +202,6 @@ class ReusedActors:
             actor = cls.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
                                 **options).remote(*args, **kwargs)
             self._actors[(kind, index)] = actor
-            self.made += 1
         else:
             # Synchronously: a threaded actor may run two calls of one caller at once.
             ray.get(actor.reconfigure.remote(*args, **kwargs))

@@ -86,8 +86,8 @@ def test_the_init_call_is_read_from_the_runs_that_started_a_process():
     runs' median when there are enough of them, every run's otherwise."""
     import dataclasses
 
-    from testbed.calibration.costs import FRESH_INIT_RUNS, init_call_from_points, mean_point
-    base = point_from_run_at(1.0)
+    from testbed.calibration.costs import FRESH_INIT_RUNS, init_call_from_points, mean_point, point_from_run
+    base = point_from_run(4096, 1, 10, columns(10, 2.0, 1.0, 0.3), {})
     reused = [dataclasses.replace(base, init_s=s) for s in (0.7e-3, 0.8e-3, 0.9e-3, 0.75e-3, 0.85e-3)]
     fresh = [dataclasses.replace(base, init_s=s, fresh=True) for s in (1.0e-3, 1.1e-3, 1.2e-3)]
     assert len(fresh) == FRESH_INIT_RUNS
@@ -97,14 +97,6 @@ def test_the_init_call_is_read_from_the_runs_that_started_a_process():
     # A remeasured pair is fresh only when both runs were.
     assert mean_point(fresh[0], fresh[1]).fresh and not mean_point(fresh[0], reused[0]).fresh
     assert mean_point(fresh[0], reused[0]).init_s == pytest.approx(0.85e-3)
-
-
-def point_from_run_at(init_ms: float):
-    from testbed.calibration.costs import point_from_run
-    cols = columns(10, 2.0, 1.0, 0.3)
-    cols["duration_ns"] = [init_ms * 1e6 if (r, ph) == ("driver", "init") else d
-                           for r, ph, d in zip(cols["role"], cols["phase"], cols["duration_ns"])]
-    return point_from_run(4096, 1, 10, cols, {})
 
 
 def test_a_run_point_is_read_from_the_events():
