@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from testbed.cli import bench, calibrate, predict, presets, report, run, validate  # noqa: F401  (register the commands)
+from testbed.cli import bench, calibrate, predict, presets, report, residuals, run, validate  # noqa: F401  (register the commands)
 from testbed.cli.app import app
 from testbed.cli.common import err_console, out_console
 from testbed.config.errors import EXIT_USER_ERROR, UserError

@@ -89,3 +89,25 @@ def test_a_sampled_run_is_not_resumed(sampled):
     code = main(["run", "--resume", str(folder.path)])
     assert code == 2
     assert json.loads((folder.path / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_the_draws_residuals_pool_its_configs_and_match_its_report(sampled, tmp_path, capsys):
+    """`testbed residuals` on the draw: its three configs once each, the errors the distribution
+    gives; re-predicted (this checkout, the folder's profile) the same, as the model is unchanged."""
+    folder, _ = sampled
+    from testbed.analysis.residuals import folder_residuals
+    dist = pd.read_csv(folder.path / "distribution.csv").set_index(["model", "phase"])
+    for family in ("queueing", "simulated"):
+        res = folder_residuals(folder.path, family)
+        train = res[res["phase"] == "train"]
+        assert sorted(train["config_id"]) == sorted(c["config_id"] for c in folder.manifest["configs"])
+        assert train["error"].abs().median() == pytest.approx(dist.loc[(family, "train"), "median_abs_err"])
+        again = folder_residuals(folder.path, family, repredict=True)
+        merged = res.merge(again, on=["config_id", "phase"], suffixes=("", "_again"))
+        assert len(merged) == len(res)
+        assert merged["measured_s_again"].to_numpy() == pytest.approx(merged["measured_s"].to_numpy())
+        assert merged["predicted_s_again"].to_numpy() == pytest.approx(merged["predicted_s"].to_numpy(), rel=1e-6)
+    rows = tmp_path / "rows.csv"
+    assert main(["residuals", str(folder.path), "--csv", str(rows), "--min-n", "2"]) == 0
+    assert "over 1 folders, 3 configs" in capsys.readouterr().out
+    assert set(pd.read_csv(rows)["phase"]) >= {"init", "train", "push", "pull", "apply"}
