@@ -168,6 +168,9 @@ def biased_groups(res: pd.DataFrame, *, min_n: int = 8, bias: float = 0.15, alph
     stands from no bias (|median| x sqrt(n)); at most ``per_phase`` a phase (None: all)."""
     singles: dict[tuple[str, str, Any], float] = {}
     rows = []
+    # Each config's error in every phase, to say what the rest of a group's step did.
+    by_config = res.pivot_table(index=["folder", "config_id"], columns="phase", values="error", aggfunc="first") \
+        if len(res) else pd.DataFrame()
     keys = [(d,) for d in dimensions] + (list(itertools.combinations(dimensions, 2)) if pairs else [])
     for phase, sub in res.groupby("phase", sort=False):
         for key in keys:
@@ -190,15 +193,31 @@ def biased_groups(res: pd.DataFrame, *, min_n: int = 8, bias: float = 0.15, alph
                 rows.append({"phase": phase, "group": ", ".join(f"{d}={v}" for d, v in zip(key, values)), "n": len(err),
                              "median_signed_err": median, "median_abs_err": float(err.abs().median()), "agree": same / len(err),
                              "p_value": p_value, "folders": int(group["folder"].nunique()),
+                             "other_phases": _other_phases(by_config, group, phase),
                              "_score": abs(median) * math.sqrt(len(err))})
     out = pd.DataFrame(rows, columns=["phase", "group", "n", "median_signed_err", "median_abs_err", "agree", "p_value",
-                                      "folders", "_score"])
+                                      "folders", "other_phases", "_score"])
     order = {p: i for i, p in enumerate(RESIDUAL_PHASES)}
     out = out.assign(_phase=out["phase"].map(lambda p: order.get(p, len(order))))
     out = out.sort_values(["_phase", "_score"], ascending=[True, False])
     if per_phase is not None:
         out = out.groupby("phase", sort=False).head(per_phase)
     return out.drop(columns=["_phase", "_score"]).reset_index(drop=True)
+
+
+def _other_phases(by_config: pd.DataFrame, group: pd.DataFrame, phase: str) -> str:
+    """The median signed error of every other phase over the configs of ``group``: a train miss
+    is a push, pull, apply or read miss somewhere (the model right on train and wrong on its
+    phases is right for the wrong reasons)."""
+    rows = by_config.loc[list(zip(group["folder"], group["config_id"]))]
+    parts = []
+    for other in RESIDUAL_PHASES:
+        if other == phase or other not in rows:
+            continue
+        err = rows[other].dropna()
+        if len(err):
+            parts.append(f"{other} {float(err.median()):+.0%}")
+    return ", ".join(parts)
 
 
 def folders_from(paths: Iterable[str | Path]) -> list[Path]:
@@ -233,9 +252,10 @@ def describe(res: pd.DataFrame, groups: pd.DataFrame, table: pd.DataFrame, famil
     if groups.empty:
         lines.append("None: no group of enough configs shares a large bias.")
     else:
-        lines += ["| phase | group | n | bias (median signed) | median | same sign | sign test p | folders |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["| phase | group | n | bias (median signed) | median | same sign | sign test p | folders | "
+                  "its other phases (median signed) |", "|---|---|---|---|---|---|---|---|---|"]
         for _, g in groups.iterrows():
             lines.append(f"| {g['phase']} | {g['group']} | {g['n']} | {g['median_signed_err']:+.1%} | "
-                         f"{g['median_abs_err']:.1%} | {g['agree']:.0%} | {g['p_value']:.1g} | {g['folders']} |")
+                         f"{g['median_abs_err']:.1%} | {g['agree']:.0%} | {g['p_value']:.1g} | {g['folders']} | "
+                         f"{g['other_phases']} |")
     return "\n".join(lines) + "\n"

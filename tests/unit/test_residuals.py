@@ -149,6 +149,21 @@ def test_a_pair_is_shown_only_where_it_says_more_than_its_single_groups():
     assert groups2 == ["compute=spin, sync=sync"]
 
 
+def test_a_group_says_what_its_other_phases_did():
+    # Ten spinning configs whose train is 30 % short because their pushes are 40 % short.
+    rows = []
+    for j in range(10):
+        for phase, e in (("train", -0.3), ("push", -0.4), ("pull", 0.02)):
+            rows.append({"folder": "d0", "config_id": f"s{j}", "phase": phase, "error": e,
+                         **{d: "x" for d in r.DIMENSIONS}, "compute": "spin"})
+        rows.append({"folder": "d0", "config_id": f"z{j}", "phase": "train", "error": 0.01,
+                     **{d: "x" for d in r.DIMENSIONS}, "compute": "sleep"})
+    found = r.biased_groups(pd.DataFrame(rows), pairs=False)
+    train = found[found["phase"] == "train"].iloc[0]
+    assert train["group"] == "compute=spin" and train["other_phases"] == "push -40%, pull +2%"
+    assert "push -40%, pull +2%" in r.describe(pd.DataFrame(rows), found, r.phase_table(pd.DataFrame(rows)), "simulated")
+
+
 def test_the_phase_table_pools_every_config(tmp_path):
     res = _pooled([({"compute": "spin"}, [-0.1, 0.2, 0.3, -0.4])])
     table = r.phase_table(res)
