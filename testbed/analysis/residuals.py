@@ -130,12 +130,19 @@ def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: 
 def residuals(paths: Iterable[str | Path], family: str = "simulated", *, repredict: bool = False,
               progress=lambda _msg: None) -> pd.DataFrame:
     """``folder_residuals`` of every folder, one frame (the folder's name in ``folder``)."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UserError("no folders given: name one or more folders written by `testbed validate`")
+    # Each folder by its name, or by its whole path where two share a name (a config's rows are
+    # told apart by folder and config id).
+    names = [p.name for p in paths]
     frames = []
     for path in paths:
-        progress(f"reading {Path(path).name}")
-        frames.append(folder_residuals(path, family, repredict=repredict))
-    if not frames:
-        raise UserError("no folders given: name one or more folders written by `testbed validate`")
+        progress(f"reading {path.name}")
+        frame = folder_residuals(path, family, repredict=repredict)
+        if names.count(path.name) > 1:
+            frame["folder"] = str(path)
+        frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
 

@@ -96,6 +96,15 @@ def test_folders_are_named_one_by_one_or_by_the_folder_holding_them(tmp_path):
         r.folders_from([tmp_path / "draws" / "notes"])
 
 
+def test_two_folders_of_one_name_stay_apart(tmp_path):
+    for parent, measured in (("a", 1.0), ("b", 2.0)):
+        _folder(tmp_path / parent / "draw", [_config("c")], [("c", 0, "ok", {"train": (measured, 1.5)})])
+    res = r.residuals([tmp_path / "a" / "draw", tmp_path / "b" / "draw"])
+    assert sorted(res["error"]) == pytest.approx([-0.25, 0.5]) and res["folder"].nunique() == 2
+    with pytest.raises(UserError, match="no folders given"):
+        r.residuals([])
+
+
 def test_the_sign_test_is_the_binomial_tail():
     assert r.sign_test_p(8, 8) == pytest.approx(1 / 256)
     assert r.sign_test_p(0, 10) == pytest.approx(1.0)
