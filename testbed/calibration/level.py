@@ -35,9 +35,9 @@ import statistics
 from typing import Callable, Optional
 
 from testbed.calibration.costs import RunPoint, run_point
-from testbed.model.curves import CallCosts, SizeCurve
+from testbed.model.curves import CallCosts
+from testbed.model.level import FIGURES, ratio_at, scale_call_curves
 from testbed.model.profile import HardwareProfile
-from testbed.model.scheduler import load_curve_at
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "CHECK_REPEATS", "FIGURES", "level_from_points", "median_ratios",
            "apply_call_level", "measure_call_level",
@@ -58,19 +58,6 @@ CHECK_REPEATS = 3
 # A check whose ratio falls outside these bounds is taken as the bound: a session can't make
 # a call 3x cheaper or dearer than calibration measured; a ratio beyond that is a broken run.
 RATIO_BOUNDS = (1 / 3, 3.0)
-
-# The figures checked, and the curves each one scales.
-FIGURES = {
-    "push": ("worker_push_s",),
-    "pull": ("worker_pull_s",),
-    "worker_cpu": ("worker_push_cpu_s", "worker_pull_cpu_s"),
-    "shard_cpu": ("shard_push_cpu_s", "shard_pull_cpu_s"),
-    "apply": ("apply_s",),
-    "step_gap": ("step_gap_s",),
-}
-_SMALL_CALLS = {"worker_push_s": "push", "worker_pull_s": "pull", "worker_push_cpu_s": "worker_cpu",
-                "worker_pull_cpu_s": "worker_cpu"}
-
 
 def _ratio(measured: float, calibrated: float) -> float:
     if not (calibrated > 0 and measured >= 0 and math.isfinite(measured)):
@@ -156,45 +143,14 @@ def size_levels(ratios: dict[str, list[list[float]]]) -> list[list[float]]:
     return [[float(size), float(v if one_way else one)] for size, v in zip(sizes, pooled)]
 
 
-def ratio_at(rows: list[list[float]], nbytes: float) -> float:
-    """The ratio at ``nbytes``: linear in log bytes between the checked sizes, flat past them
-    (the scheduler curves' clamped reading, on log bytes); 1 with no rows."""
-    if not rows:
-        return 1.0
-    return load_curve_at([(math.log(b), r) for b, r in rows], math.log(nbytes))
-
-
-def _scaled(curve: SizeCurve, rows: list[list[float]]) -> SizeCurve:
-    return SizeCurve(tuple((b, s * ratio_at(rows, b)) for b, s in curve.points))
-
-
 def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float]]],
                      record: Optional[dict] = None) -> HardwareProfile:
     """``profile`` with every per-call curve (each shard count's, and the figures beyond them)
-    scaled by its figure's ratio at each point's size; ``record`` is kept as ``call_level``."""
-    costs = []
-    for c in profile.call_costs:
-        changes = {curve: _scaled(getattr(c, curve), ratios[figure])
-                   for figure, curves in FIGURES.items() if figure in ratios for curve in curves}
-        costs.append(dataclasses.replace(c, **changes))
-    size = profile.call_costs[0].worker_push_s.lo_bytes if profile.call_costs else 0.0
-    def beyond(by_shards: dict[int, dict[str, float]], at: float) -> dict[int, dict[str, float]]:
-        return {k: {n: v * (ratio_at(ratios.get(_SMALL_CALLS[n], []), at) if n in _SMALL_CALLS else 1.0)
-                    for n, v in figures.items()} for k, figures in by_shards.items()}
-    small = beyond(profile.small_calls_by_shards, size)
-    large = beyond(profile.large_calls_by_shards, float(profile.large_calls_bytes or size))
-    larger = beyond(profile.larger_calls_by_shards, float(profile.larger_calls_bytes or size))
-    # A plain push's answer is a small call: the push figure's level at the smallest size.
-    push_return = profile.push_return_s * ratio_at(ratios.get("push", []), size) \
-        if profile.push_return_s is not None else None
-    # A plain pull's step per shard is a pull figure, measured at two shards: its slice's
-    # gradient there.
-    step = profile.plain_pull_step_s
-    if step is not None and "pull" in ratios:
-        step = SizeCurve(tuple((b, v * ratio_at(ratios["pull"], 2 * b)) for b, v in step.points))
-    return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
-                               large_calls_by_shards=large, larger_calls_by_shards=larger,
-                               push_return_s=push_return, plain_pull_step_s=step,
+    scaled by its figure's ratio at each point's size (``testbed.model.level.scale_call_curves``);
+    ``record`` is kept as ``call_level``."""
+    def factor(figure: str, nbytes: float) -> float:
+        return ratio_at(ratios[figure], nbytes) if figure in ratios else 1.0
+    return dataclasses.replace(scale_call_curves(profile, factor),
                                call_level=record if record is not None else {"ratios": ratios})
 
 
