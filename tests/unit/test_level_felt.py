@@ -84,3 +84,10 @@ def test_the_simulated_family_reads_the_level_by_its_configs_idle_cores():
     # the queueing family (a comparison) keeps the check's level whole
     q = ModelFamily.QUEUEING
     assert predict(busy, leveled, q).push_s / predict(busy, base, q).push_s > 1.8
+
+
+def test_the_report_says_how_the_simulated_family_reads_the_level():
+    from testbed.report.profile_rows import profile_rows
+    rows = dict(profile_rows(checked(base_profile())))
+    assert any("as the simulated family reads it" in k and "idle cores" in v for k, v in rows.items())
+    assert not any("as the simulated family reads it" in k for k in dict(profile_rows(base_profile())))
