@@ -116,7 +116,17 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # side, so that one worker simulates at the calibrated figures (docs/model.md, "An eleventh").
     stretch = max(0.0, s / t.cores - 1.0) if t.cores > 0 else 0.0
     push_transfer = max(0.0, t.push_transfer_s - stretch * push_shard_cpu)
-    pull_transfer = max(0.0, t.pull_transfer_s - stretch * pull_shard_cpu)
+    # A pull of its own to 2 shards and more: the worker's figure is the pull travelling with a
+    # push plus the calibrated step a shard beyond the first adds (``plain_pull_step_s``, the
+    # 2-shard ssp pull against the travelling one), so the shards' dispatch of the call is in
+    # it already. The simulation serves the push's dispatch at each shard (the copy inside it),
+    # which adds max(0, o - s_pull) beyond the calibrated pull where the pull's service is less
+    # than the dispatch (the small slices): that comes out of the worker's side, and one worker
+    # simulates calibration's own run (docs/model.md, "A pull of its own at 2 shards and more:
+    # the dispatch counted once").
+    own_step = ssp and curves and bare is None and s > 1 and profile.plain_pull_step_s is not None
+    twice = max(0.0, overhead - t.pull_service_s) if own_step else 0.0
+    pull_transfer = max(0.0, t.pull_transfer_s - stretch * pull_shard_cpu - twice)
     # A call that finds the shard serving another: its dispatch's fixed part at the ratio of a
     # bare call's callee CPU queued to paused (docs/model.md, "A busy shard's dispatch").
     busy_ratio = (min(1.0, profile.actor_call_cpu_busy_s / profile.actor_call_cpu_s)

@@ -444,6 +444,20 @@ def test_an_ssp_pull_to_several_shards_keeps_the_rule_its_calibrated_step_was_me
         predict(cfg, without, ModelFamily.SIMULATED).pull_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("nbytes", [4 * KIB, 256 * KIB, 4 * MIB])
+@pytest.mark.parametrize("servers", [2, 4])
+def test_one_ssp_worker_at_several_shards_simulates_calibrations_own_pull(servers, nbytes):
+    # The calibrated figure (the pull travelling with a push plus a step a shard beyond the
+    # first) holds the shards' dispatch of the call already: one worker alone pulls in the
+    # calibrated event (its transfer plus the shard's service), whatever the slice.
+    step = SizeCurve(((2 * KIB, 0.5 * MS), (256 * KIB, 1 * MS), (1 * MIB, 2 * MS), (4 * MIB, 3 * MS)))
+    prof = profile(costs(1), costs(2), plain_pull_step_s=step)
+    cfg = config(servers=servers, sync="ssp", staleness=1, gradient_bytes=nbytes)
+    t = step_terms(cfg, prof)
+    assert predict(cfg, prof, ModelFamily.SIMULATED).pull_s == pytest.approx(t.pull_transfer_s + t.pull_service_s,
+                                                                                rel=0.02)
+
+
 def test_a_busy_shards_dispatch_is_discounted_in_its_fixed_part_and_only_for_inline_slices():
     from testbed.model.simfamily import sim_spec
     busy = profile(costs(1), actor_call_cpu_s=1.0 * MS, actor_call_cpu_busy_s=0.4 * MS)
