@@ -98,8 +98,9 @@ Progress = Callable[[str], None]
 # pulls of the per-call runs no longer hold a thread's first allocation; 31: the init call to
 # processes hosting several workers each (``init_hosted_s_by_workers``, ``_measure_hosted``); 32: the
 # scheduler's probe takes 20 samples a load, not 10 (``calibration.scheduler.SAMPLES``); 33: the init
-# call is the median of the sweep's runs that started a process (``costs.init_call_from_points``)
-CALIBRATION_VERSION = 33
+# call is the median of the sweep's runs that started a process (``costs.init_call_from_points``);
+# 34: the plain pull's step at 4 shards at the smallest size (``costs.plain_pull_step_beyond``)
+CALIBRATION_VERSION = 34
 # A reply to a caller the callee held waiting (``SchedulerCosts.reply_wake_s``): the holds, and
 # calls per hold (~0.8 s in all).
 REPLY_HOLDS_S = (0.0, 0.002, 0.005, 0.01, 0.02)

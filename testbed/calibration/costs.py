@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from testbed.model.curves import CallCosts, SizeCurve, pooled_means
+from testbed.model.curves import PLAIN_PULL_STEP, CallCosts, SizeCurve, pooled_means
 
 __all__ = ["SIZES_BYTES", "SHARDS", "RunPoint", "point_from_run", "split_per_call", "call_costs_from_points",
            "measure_call_costs", "init_call_from_points", "ray_cpu_from_points", "ray_cpu_shard_step_from_points",
@@ -460,4 +460,25 @@ def measure_small_calls(costs: tuple[CallCosts, ...], quick: bool, progress: Cal
     progress(f"per-call costs at {size // KIB} KiB with {curves.shards} and {BEYOND_SHARDS} shards")
     near = run_point(size, curves.shards, 1, _steps(size, quick), reuse)
     beyond = run_point(size, BEYOND_SHARDS, 1, _steps(size, quick), reuse)
-    return {BEYOND_SHARDS: paired_small_calls(beyond, near, costs[0], curves)}
+    figures = paired_small_calls(beyond, near, costs[0], curves)
+    if size == SIZES_BYTES[0]:
+        # Right after it, the same run with every pull a call of its own, as the sweep makes at
+        # the curves' count: the plain pull's step at BEYOND_SHARDS (``plain_pull_step_beyond``).
+        plain = run_point(size, BEYOND_SHARDS, 1, max(8, _steps(size, quick) // 3), reuse, plain_pulls=True)
+        figures[PLAIN_PULL_STEP] = plain_pull_step_beyond(plain, beyond)
+    return {BEYOND_SHARDS: figures}
+
+
+def plain_pull_step_beyond(plain: RunPoint, travelling: RunPoint) -> float:
+    """What a pull of its own adds per shard beyond the first at ``plain``'s shard count, over
+    the pull travelling with a push in ``travelling`` (the run at the same count and size made
+    right before it): their pull events' difference over (shards - 1), never below 0.
+
+    Why measured at a second count: the model read an ssp pull at S shards as the travelling
+    pull plus (S - 1) times the step measured at 2 shards, and the step a shard adds shrinks as
+    the shards grow. Side by side on 2026-12-07 (one worker, 4 KiB and 256 KiB, 20 ms of
+    compute, sleeping and spinning, two rounds) the ssp pull over the async one was 1.30-1.84
+    ms at 2 shards and 2.68-3.57 at 4 (about 2.1 x, where 3 x was read); on 2026-12-04 at 4 MiB
+    3.6, 6.0 and 8.1 ms over the 1-shard difference at 2, 3 and 4 shards (per shard beyond the
+    first 3.6, 3.0, 2.7: the same shape at a large size)."""
+    return max(0.0, plain.pull_s - travelling.pull_s) / max(1, plain.shards - 1)

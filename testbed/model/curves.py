@@ -24,11 +24,15 @@ import math
 from typing import Any, Optional, Sequence
 
 __all__ = ["SizeCurve", "CallCosts", "ReferenceCurves", "leave_one_out_residuals", "CALL_COST_CURVES",
-           "coerce_call_costs", "pooled_means", "INLINE_LIMIT_BYTES", "at_side"]
+           "coerce_call_costs", "pooled_means", "INLINE_LIMIT_BYTES", "at_side", "PLAIN_PULL_STEP"]
 
 # Ray passes an argument or a return value smaller than this inline, in the call's own
 # message, and a larger one through the object store (``max_direct_call_object_size``).
 INLINE_LIMIT_BYTES = 100 * 1024
+# Among the worker's figures calibration measured beyond the curves' shard counts
+# (``HardwareProfile.small_calls_by_shards``): what a pull of its own adds per shard beyond the
+# first at that count, at the smallest size (``testbed.calibration.costs.plain_pull_step_beyond``).
+PLAIN_PULL_STEP = "plain_pull_step_s"
 
 
 def pooled_means(values: Sequence[float], weights: Optional[Sequence[float]] = None) -> list[float]:

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from typing import Callable
 
-from testbed.model.curves import SizeCurve
+from testbed.model.curves import PLAIN_PULL_STEP, SizeCurve
 from testbed.model.profile import HardwareProfile
 from testbed.model.scheduler import load_curve_at
 
@@ -47,7 +47,7 @@ FIGURES = {
 # The worker-side figures beyond the curves' shard counts (``small_calls_by_shards`` and the
 # like), each with the check's figure that scales it.
 SMALL_CALLS = {"worker_push_s": "push", "worker_pull_s": "pull", "worker_push_cpu_s": "worker_cpu",
-               "worker_pull_cpu_s": "worker_cpu"}
+               "worker_pull_cpu_s": "worker_cpu", PLAIN_PULL_STEP: "pull"}
 
 
 def ratio_at(rows: list[list[float]], nbytes: float) -> float:

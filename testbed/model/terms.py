@@ -38,7 +38,7 @@ from testbed.emulation.hosting import (
     workers_by_node,
     workers_per_process,
 )
-from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, CallCosts, at_side
+from testbed.model.curves import CALL_COST_CURVES, INLINE_LIMIT_BYTES, PLAIN_PULL_STEP, CallCosts, at_side
 from testbed.model.network import LinkTerms, link_terms, link_terms_for
 from testbed.model.profile import DiskProfile, HardwareProfile, interpolate_setup_s
 from testbed.model.scheduler import load_curve_at
@@ -352,6 +352,33 @@ def _worker_side(profile: HardwareProfile, costs: CallCosts, name: str, m: float
     return read(hi, at) + slope * (s - hi.shards)
 
 
+# A measured shape beyond this many times the 2-shard step (or below its inverse) is a broken
+# run, not a shape: the plain pull's step is the difference of two noisy means.
+PLAIN_PULL_SHAPE_BOUNDS = (1 / 3, 3.0)
+
+
+def plain_pull_shape(profile: HardwareProfile, s: int) -> float:
+    """The step a pull of its own adds per shard beyond the first at ``s`` shards, over the
+    2-shard step (``plain_pull_step_s``): 1 at 2 shards; where calibration measured the step at
+    a larger count k (``small_calls_by_shards[k]``, at the smallest size), their ratio r there
+    (bounded), linear in the shard count from 1 at 2 to r at k, and r beyond; 1 without it.
+    The shape measured at the smallest size is read at every size: side by side the step per
+    shard at 4 shards was about 0.7 x the 2-shard one at 4 KiB and 256 KiB (2026-12-07) and 0.75 x
+    at 4 MiB (2026-12-04; docs/model.md, "The plain pull's step at 4 shards")."""
+    step2 = profile.plain_pull_step_s
+    if s <= 2 or step2 is None or not step2.points:
+        return 1.0
+    measured = sorted((k, f[PLAIN_PULL_STEP]) for k, f in profile.small_calls_by_shards.items()
+                      if k > 2 and PLAIN_PULL_STEP in f)
+    base = step2.points[0][1]  # the smallest slice: the smallest size at 2 shards
+    if not measured or base <= 0:
+        return 1.0
+    k, at_k = measured[0]
+    lo, hi = PLAIN_PULL_SHAPE_BOUNDS
+    r = min(hi, max(lo, at_k / base))
+    return 1.0 + (r - 1.0) * min(1.0, (s - 2) / (k - 2))
+
+
 def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dict[str, Any]:
     """The per-call terms read on the calibrated curves at the config's gradient size.
 
@@ -368,7 +395,8 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     if _value(config.sync) == "ssp" and profile.plain_pull_step_s is not None and s > 1:
         # Every ssp pull is a call of its own: every shard's reply is in it, where the curves'
         # pull (travelling with the push) holds the last shard's alone.
-        pull += (s - 1) * at_side(profile.plain_pull_step_s, part, INLINE_LIMIT_BYTES, above)
+        pull += (s - 1) * at_side(profile.plain_pull_step_s, part, INLINE_LIMIT_BYTES, above) \
+            * plain_pull_shape(profile, s)
     shard_push_cpu = at_side(costs.shard_push_cpu_s, part, INLINE_LIMIT_BYTES, above)
     shard_pull_cpu = at_side(costs.shard_pull_cpu_s, part, INLINE_LIMIT_BYTES, above)
     # A shard's service can't be shorter than its apply nor longer than the call it serves.

@@ -503,3 +503,37 @@ def test_rays_cpu_grows_by_the_calibrated_step_for_each_shard_beyond_the_first()
     from testbed.report.profile_rows import profile_rows
     assert dict(profile_rows(with_step))["Ray's own processes' CPU per worker step: what each shard beyond the first "
                                          "adds, by slice"].startswith("2 KiB: 0")
+
+
+def test_the_plain_pull_step_at_four_shards_is_the_pair_difference_per_shard_beyond_the_first():
+    from testbed.calibration.costs import RunPoint, plain_pull_step_beyond
+    travelling = RunPoint(4 * KIB, 4, 16, 16, 16, 3e-3, 1.0e-3, 1e-5, 1e-4, 0.1, 0.1)
+    plain = dataclasses.replace(travelling, pull_s=4.0e-3, plain_pulls=True)
+    assert plain_pull_step_beyond(plain, travelling) == pytest.approx(1.0e-3)
+    cheaper = dataclasses.replace(plain, pull_s=0.5e-3)
+    assert plain_pull_step_beyond(cheaper, travelling) == 0.0
+
+
+@pytest.mark.parametrize("measured, shape3, shape4, shape6", [
+    (None, 1.0, 1.0, 1.0),              # not measured: linear in the shards, as before
+    (0.7e-3, 0.85, 0.7, 0.7),           # 0.7 x the 2-shard step at 4: halfway at 3, flat beyond
+    (1e-6, 2 / 3, 1 / 3, 1 / 3),        # a broken run is bounded
+])
+def test_an_ssp_pulls_step_per_shard_follows_the_shape_measured_at_four_shards(measured, shape3, shape4, shape6):
+    from testbed.model.curves import PLAIN_PULL_STEP
+    from testbed.model.terms import plain_pull_shape
+    step = SizeCurve(((2 * KIB, 1e-3), (256 * KIB, 1.5e-3), (4 * MIB, 3e-3)))
+    figures = {"worker_push_s": 3e-3, "worker_pull_s": 2e-3}
+    if measured is not None:
+        figures[PLAIN_PULL_STEP] = measured
+    prof = profile(costs(1), costs(2), plain_pull_step_s=step, small_calls_by_shards={4: figures})
+    assert plain_pull_shape(prof, 2) == 1.0
+    assert [plain_pull_shape(prof, s) for s in (3, 4, 6)] == pytest.approx([shape3, shape4, shape6])
+    # the pull's term: the travelling pull plus (S - 1) steps at the slice, each at the shape
+    flat = profile(costs(1), costs(2), plain_pull_step_s=step, small_calls_by_shards={4: {
+        k: v for k, v in figures.items() if k != PLAIN_PULL_STEP}})
+    for s, shape in ((3, shape3), (4, shape4)):
+        cfg = config(servers=s, sync="ssp", staleness=1, gradient_bytes=256 * KIB)
+        extra = step_terms(cfg, prof).pull_transfer_s + step_terms(cfg, prof).pull_service_s \
+            - step_terms(cfg, flat).pull_transfer_s - step_terms(cfg, flat).pull_service_s
+        assert extra == pytest.approx((s - 1) * step.at(256 * KIB / s) * (shape - 1.0), abs=1e-12)
