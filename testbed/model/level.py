@@ -1,26 +1,15 @@
-"""The per-call level a profile was scaled by, and how much of it a config's cores feel (pure).
+"""The per-call level a profile is scaled by (pure): ``scale_call_curves``, which the
+calibration's ``apply_call_level`` uses to put a profile at the level ``testbed validate``'s
+check measured in its Ray session (``testbed.calibration.level``).
 
-``testbed validate`` checks the per-call cost level of its Ray session against the profile's
-curves (``testbed.calibration.level``: one worker, one shard, sleeping between steps) and
-scales every per-call curve by it; the check and the levels applied are kept as the profile's
-``call_level``. This module holds the scaling itself (``scale_call_curves``, used by the
-calibration's ``apply_call_level``) and its reading per config (``level_felt``).
-
-Why a config feels only part of the level: what moves between sessions on the 2-core VM is the
-cost of a call between processes that idle (the check's sleeping worker and its shard), not the
-CPU work of a loaded node. Side by side on 2026-12-07 (one Ray session after another, 15:01 to
-15:30), a one-worker 4 KiB push read 0.82 ms in the calibration of 15:01, 1.53 ms in that of
-15:14 and 1.9-2.5 ms from 15:23 on (a bare actor call 0.65-0.74 ms, then 1.5-2.5), while a
-pure-Python loop held within 12 %; the held-out draw 2026120715, checked at x2.74 / 1.91 / 1.29
-(4 KiB / 512 KiB / 8 MiB) against the calibration of 15:01, had its one-worker and sleeping
-small-gradient configs run at about x1.3-1.9 of the calibration and its spinning and
-many-worker large-gradient ones at x0.8-1.1: the level, applied to all, put the push +42 % long
-at the median; left out, -10 %. docs/model.md, "The level, felt in proportion to the idle cores".
-
-So the simulated family reads the level in proportion to the node's idle share in the config:
-the factor ``1 + (r - 1) * (1 - U)`` where ``r`` is the check's level at a call's size and ``U``
-the cores' simulated utilisation (``level_felt``); ``U`` comes from simulating the config at
-the full level first (``testbed.model.prediction``).
+Tried after 2026120715 and taken out after 2026120717: the simulated family reading that level
+in proportion to each config's idle cores (the factor 1 + (r - 1)(1 - U), U the cores' simulated
+utilisation). It came from 2026120715, whose check read x2.74 at 4 KiB and whose loaded configs
+ran near the calibration's level (push +42 % signed with the whole level, +4 % felt); held out on
+2026120716 (check x1.28) train went 9.2 -> 8.4 % at the median but 28.3 -> 30.9 % at p90 and pull
+23 -> 28 %, and on 2026120717 (check x0.68) 5.1 / 26.3 % -> 9.9 / 43.0 %, push 23 -> 39 %: the
+loaded configs followed the level there. docs/model.md, "The level, felt in proportion to the
+idle cores (tried, taken out)".
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from testbed.model.curves import PLAIN_PULL_STEP, SizeCurve
 from testbed.model.profile import HardwareProfile
 from testbed.model.scheduler import load_curve_at
 
-__all__ = ["FIGURES", "SMALL_CALLS", "ratio_at", "scale_call_curves", "checked_levels", "level_felt"]
+__all__ = ["FIGURES", "SMALL_CALLS", "ratio_at", "scale_call_curves"]
 
 # The figures the check measures, and the per-call curves each one scales.
 FIGURES = {
@@ -88,31 +77,3 @@ def scale_call_curves(profile: HardwareProfile, factor: Callable[[str, float], f
     return dataclasses.replace(profile, call_costs=tuple(costs), small_calls_by_shards=small,
                                large_calls_by_shards=large, larger_calls_by_shards=larger,
                                push_return_s=push_return, plain_pull_step_s=step)
-
-
-def checked_levels(profile: HardwareProfile) -> list[list[float]]:
-    """``[bytes, level]`` the profile's curves were scaled by at each checked size (a check
-    that ran and applied one set of levels to every figure), else ``[]``: no check, a failed
-    one, or one whose levels differ by figure (an older record)."""
-    record = profile.call_level or {}
-    levels = record.get("levels")
-    if record.get("failed") or not levels:
-        return []
-    return [[float(b), float(v)] for b, v in levels]
-
-
-def level_felt(profile: HardwareProfile, idle_share: float) -> HardwareProfile:
-    """``profile`` (scaled by its check's levels) at the part of those levels a config whose
-    node is idle ``idle_share`` of the time feels: each curve's point at ``bytes`` multiplied by
-    ``(1 + (r - 1) * idle_share) / r``, ``r`` the check's level there. ``idle_share`` 1 leaves
-    the profile as it is, 0 puts it back at the calibration's own level; a profile without a
-    check comes back unchanged."""
-    rows = checked_levels(profile)
-    w = min(1.0, max(0.0, float(idle_share)))
-    if not rows or w >= 1.0:
-        return profile
-
-    def factor(_: str, nbytes: float) -> float:
-        r = ratio_at(rows, nbytes)
-        return (1.0 + (r - 1.0) * w) / r if r > 0 else 1.0
-    return scale_call_curves(profile, factor)

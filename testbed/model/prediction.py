@@ -16,7 +16,6 @@ import numpy as np
 
 from testbed.model.families import SATURATED, Bound, ModelFamily, scaling_curve
 from testbed.model.knee import marginal_knee
-from testbed.model.level import checked_levels, level_felt
 from testbed.model.network import link_saturation_workers
 from testbed.model.profile import HardwareProfile
 from testbed.model.simfamily import simulated_prediction
@@ -138,11 +137,6 @@ def predict(config: Any, profile: HardwareProfile, family: ModelFamily | str = M
         raise ValueError(f"knee_search_max must exceed the config's workers ({big_n}), got {n_max}")
     if family is ModelFamily.SIMULATED:
         fields = simulated_prediction(config, profile, t, n_max)
-        if checked_levels(profile):
-            # The session's per-call level as this config's cores feel it (testbed.model.level):
-            # in proportion to their idle share, simulated at the full level first.
-            felt = level_felt(profile, 1.0 - float(fields["utilization"].get(Bound.COMPUTE, 0.0)))
-            fields = simulated_prediction(config, felt, step_terms(config, felt), n_max)
         share, utilization = fields.pop("share"), fields.pop("utilization")
         return Prediction(**fields, bound=_bound(share, utilization, fields["init_s"]))
     curve = scaling_curve(family, t, n_max)

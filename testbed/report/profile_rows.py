@@ -123,9 +123,6 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     elif "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
                      f"x{level['level']:.2f}"))
-    if levels:
-        rows.append((f"per-call level of the runs' session{when}: as the simulated family reads it",
-                     "in proportion to each config's idle cores (1 - the simulated utilisation of the cores)"))
     return rows
 
 
