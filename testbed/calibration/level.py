@@ -171,10 +171,12 @@ def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:
 
 
 def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None] = lambda s: None,
-                       repeats: int = CHECK_REPEATS) -> HardwareProfile:
+                       repeats: int = CHECK_REPEATS,
+                       after_round: Optional[Callable[[int], None]] = None) -> HardwareProfile:
     """Run the check on the Ray this process is connected to (``repeats`` rounds over the
     sizes, about 7 s a round) and return the profile at this session's level; a profile without
-    per-call curves comes back unchanged."""
+    per-call curves comes back unchanged. ``after_round(r)`` runs after each round (the step
+    reads' check, ``testbed.calibration.readlevel``, so that its windows are spread too)."""
     one = profile.call_costs_for(1)
     if one is None or one.shards != 1:
         return profile
@@ -186,6 +188,8 @@ def measure_call_level(profile: HardwareProfile, progress: Callable[[str], None]
         for nbytes in CHECK_SIZES:
             progress(f"checking the per-call cost level of this session ({nbytes // KIB} KiB, round {r + 1} of {repeats})")
             rounds[-1].append(run_point(nbytes, 1, 1, CHECK_STEPS))
+        if after_round is not None:
+            after_round(r)
     by_round = [level_from_points(points, one) for points in rounds]
     ratios = median_ratios(by_round)
     points = [p for points in rounds for p in points]

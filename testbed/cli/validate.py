@@ -32,6 +32,7 @@ from testbed.cli.common import (
     say_problems,
     summary_table,
 )
+from testbed.config.choices import StepReads
 from testbed.config.errors import UserError
 from testbed.config.space import Space, sample, sampled_spec
 from testbed.config.spec import ExperimentSpec, RunConfig, expand
@@ -184,10 +185,18 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
         save_profile(profile, folder.path / PROFILE_FILE, atomic_write_text)
         write_report(folder, status=status)
 
+    readers = [c for c in configs if c.data.step_reads is not StepReads.NONE and c.workload.dataset_bytes > 0]
+
     def check_level() -> None:
         nonlocal profile
+        from testbed.calibration.level import CHECK_REPEATS
         # One round when calibration is quick (smoke tests), three otherwise (level.CHECK_REPEATS).
-        profile = profile_at_session_level(profile, say, repeats=1 if quick_calibration else None)
+        repeats = 1 if quick_calibration else CHECK_REPEATS
+        reads = ReadCheck(readers[0].data.dir, profile, say) if readers and profile.step_reads is not None else None
+        profile = profile_at_session_level(profile, say, repeats=repeats,
+                                           after_round=reads.round if reads else None)
+        if reads is not None:
+            profile = reads.finish(profile, repeats)
 
     return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                           deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
@@ -196,14 +205,18 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 
 def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None],
                              measure: Optional[Callable[..., HardwareProfile]] = None,
-                             repeats: Optional[int] = None) -> HardwareProfile:
+                             repeats: Optional[int] = None,
+                             after_round: Optional[Callable[[int], None]] = None) -> HardwareProfile:
     """``profile`` at the per-call level of the Ray session this process is connected to
-    (``testbed.calibration.level``; ``repeats`` rounds over its sizes, None: its default); when
-    the check fails, ``profile`` unchanged with the failure kept as its ``call_level`` and a
-    warning said."""
+    (``testbed.calibration.level``; ``repeats`` rounds over its sizes, None: its default;
+    ``after_round`` after each); when the check fails, ``profile`` unchanged with the failure
+    kept as its ``call_level`` and a warning said."""
     from testbed.calibration.level import CHECK_REPEATS, failed_level_record, measure_call_level
     try:
-        return (measure or measure_call_level)(profile, say, repeats=CHECK_REPEATS if repeats is None else repeats)
+        repeats = CHECK_REPEATS if repeats is None else repeats
+        if after_round is None:
+            return (measure or measure_call_level)(profile, say, repeats=repeats)
+        return (measure or measure_call_level)(profile, say, repeats=repeats, after_round=after_round)
     except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
         # The check is the model's input, not the experiment: a failed check loses nothing the
         # runs record; they are predicted at the level the profile already had. The failure is
@@ -212,6 +225,42 @@ def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None
         reason = f"{type(err).__name__}: {err}"
         say(f"warning: the per-call level check failed ({reason}); predicting at the profile's level")
         return dataclasses.replace(profile, call_level=failed_level_record(reason, profile.call_level))
+
+
+class ReadCheck:
+    """The step reads' check in the runs' session (``testbed.calibration.readlevel``): a round
+    of reads in ``directory`` after each round of the per-call check (``round``), then the
+    profile at the rounds' level (``finish``). A failed round is said, kept as the profile's
+    ``read_level``, and leaves the calibration's curves standing: the check is the model's
+    input, not the experiment."""
+
+    def __init__(self, directory: str, profile: HardwareProfile, say: Callable[[str], None],
+                 measure: Optional[Callable[..., Any]] = None) -> None:
+        from testbed.calibration.readlevel import measure_read_round
+        self.directory, self.say = directory, say
+        self.block_bytes = profile.step_reads.block_bytes if profile.step_reads is not None else 2**20
+        self.measure = measure or measure_read_round
+        self.rounds: list[Any] = []
+        self.failed: Optional[str] = None
+
+    def round(self, r: int) -> None:
+        if self.failed is not None:
+            return
+        self.say(f"checking the step reads' level of this session (round {r + 1})")
+        try:
+            self.rounds.append(self.measure(self.directory, block_bytes=self.block_bytes))
+        except Exception as err:  # noqa: BLE001 - any failure of the probe (a Ray error too)
+            self.failed = f"{type(err).__name__}: {err}"
+
+    def finish(self, profile: HardwareProfile, repeats: int) -> HardwareProfile:
+        from testbed.calibration.readlevel import apply_read_level, failed_read_level, read_level_from_samples
+        while self.failed is None and len(self.rounds) < repeats:  # the call check stopped early
+            self.round(len(self.rounds))
+        if self.failed is not None or not self.rounds or profile.step_reads is None:
+            reason = self.failed or "no round of reads was made"
+            self.say(f"warning: the step reads' level check failed ({reason}); predicting at the calibration's")
+            return dataclasses.replace(profile, read_level=failed_read_level(reason))
+        return apply_read_level(profile, read_level_from_samples(profile.step_reads, self.rounds))
 
 
 def date_seed(today: Optional[_dt.date] = None) -> int:

@@ -229,6 +229,10 @@ class HardwareProfile:
     # (testbed.calibration.level): the check's runs and the ratio each per-call curve was scaled
     # by. None: the curves are the calibration's as measured.
     call_level: Optional[dict[str, Any]] = None
+    # The step reads' level of that session against the calibration's curves
+    # (testbed.calibration.readlevel): the check's reads and how each order's curves were moved.
+    # None: the step-read curves are the calibration's as measured.
+    read_level: Optional[dict[str, Any]] = None
     schema_version: int = PROFILE_SCHEMA_VERSION
 
     def __post_init__(self) -> None:

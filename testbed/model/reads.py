@@ -119,6 +119,23 @@ class StepReadCosts:
                    - self.step_read_s(order, sample_bytes, minibatch, 0.0))
 
 
+    def at_level(self, hot_shift_s: dict[str, float], wake_ratio: dict[str, float]) -> "StepReadCosts":
+        """These curves at another moment's level (``testbed.calibration.readlevel``): per order,
+        every back-to-back read moved by ``hot_shift_s[order]`` seconds (the device's latency,
+        the same at every size; never below 0) and every pause's wake-up (its read less the
+        back-to-back read of the same size) times ``wake_ratio[order]``; an order in neither
+        stays as it is. The shape over sizes and pauses stays the calibration's."""
+        curves = []
+        for c in self.curves:
+            shift, ratio = float(hot_shift_s.get(c.order, 0.0)), float(wake_ratio.get(c.order, 1.0))
+            points = []
+            for nbytes, t in c.read_s.points:
+                hot = self.read_s(c.order, nbytes, 0.0) if c.pause_s > 0 else t
+                points.append((nbytes, max(0.0, hot + shift) + ratio * max(0.0, t - hot)))
+            curves.append(PausedReadCurve(c.order, c.pause_s, SizeCurve(tuple(points))))
+        return dataclasses.replace(self, curves=tuple(curves))
+
+
 def coerce_step_reads(value: Optional[Any]) -> Optional[StepReadCosts]:
     """A ``StepReadCosts`` from itself, a saved dict, or None."""
     if value is None or isinstance(value, StepReadCosts):

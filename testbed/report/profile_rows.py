@@ -126,11 +126,28 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _read_level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
+    """The step reads' level of the runs' session (``read_level``): per order, the check's 4 KiB
+    read back to back and after its pause against the calibration's, and what was applied."""
+    when = f" (checked {level['measured']})" if level.get("measured") else ""
+    if "failed" in level:
+        return [(f"step reads' level of the runs' session{when}",
+                 f"check failed ({level['failed']}); predicted at the calibration's curves")]
+    pause = f"{level.get('pause_s', 0) * 1e3:g} ms"
+    return [(f"step reads' level of the runs' session{when}: {order}",
+             f"back to back {v['hot_s'] * 1e6:.0f} us (calibrated {v['calibrated_hot_s'] * 1e6:.0f}), "
+             f"after {pause} {v['paused_s'] * 1e6:.0f} us (calibrated {v['calibrated_paused_s'] * 1e6:.0f}); "
+             f"applied: back-to-back reads {v['hot_shift_s'] * 1e6:+.0f} us, wake-ups x{v['wake_ratio']:.2f}")
+            for order, v in sorted(level.get("orders", {}).items())]
+
+
 def _rows(name: str, value: Any, label: str) -> list[tuple[str, str]]:
     if value is None or (isinstance(value, dict) and not value):
         return []  # not measured (one node: no remote bandwidth; --no-disk: no disk)
     if name == "call_level":
         return _level_rows(value)
+    if name == "read_level":
+        return _read_level_rows(value)
     if isinstance(value, DiskProfile):
         return _disk_rows(label, value)
     if isinstance(value, SizeCurve):

@@ -25,7 +25,7 @@ def validated(ray_local, cache_dir, tmp_path_factory):
     spec = parse_spec({"name": "tiny", "seed": 3, "gradient_bytes": "256KiB", "apply_seconds": "2ms",
                        "workload": {"steps": 6, "dataset_bytes": "8MiB"}, "compute": {"seconds": "10ms"},
                        "data": {"dir": str(base / "data"), "file_bytes": "4MiB", "init_io": "sequential",
-                                "partition": "full"},
+                                "partition": "full", "step_reads": "random"},
                        "sweep": {"workers": [1, 2, 3]}})
     return validate(spec, out=base / "run", quick_calibration=True, monitor_interval_s=0.1)
 
@@ -99,6 +99,30 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
     assert level["repeats"] == 1 and level["ratios_by_round"] == [level["ratios"]]
 
 
+def test_the_step_reads_level_is_checked_in_the_runs_session(validated):
+    from testbed.calibration.readlevel import CHECK_HOT_READS, CHECK_PAUSE_S, CHECK_READS, WAKE_RATIO_BOUNDS
+    saved = load_profile(validated.path / "profile.json")
+    level = saved.read_level
+    assert level is not None and "failed" not in level, level
+    # a quick calibration's check is one round, after the per-call check's one round, in the
+    # runs' own data directory, page cache bypassed
+    assert level["rounds"] == 1 and level["mode"] == "o_direct"
+    assert set(level["orders"]) == {"sequential", "random"}
+    lo, hi = WAKE_RATIO_BOUNDS
+    for order, v in level["orders"].items():
+        assert v["reads"] == [CHECK_HOT_READS, CHECK_READS], order
+        # real reads: a direct 4 KiB read takes microseconds at least, and one after a sleep of
+        # 20 ms is not counted with the sleep
+        assert 1e-6 < v["hot_s"] < 0.1 and 1e-6 < v["paused_s"] < CHECK_PAUSE_S + 0.1, (order, v)
+        assert lo <= v["wake_ratio"] <= hi
+        # the profile the runs were predicted with reads the check's means at the checked cell
+        # (bounded wake ratios aside)
+        if lo < v["wake_ratio"] < hi and v["paused_s"] > v["hot_s"]:
+            assert saved.step_reads.read_s(order, 4096, 0.0) == pytest.approx(v["hot_s"])
+            assert saved.step_reads.read_s(order, 4096, CHECK_PAUSE_S) == pytest.approx(v["paused_s"])
+    assert "step reads' level of the runs' session" in (validated.path / "report.md").read_text()
+
+
 def test_the_checks_rounds_are_real_runs_and_each_ratio_their_median(validated):
     from testbed.calibration.level import CHECK_SIZES, measure_call_level, median_ratios
     from testbed.runner.cluster import ray_session
@@ -122,8 +146,9 @@ def test_summary_has_every_prediction_and_error_column(validated):
             assert (pred > 0).all(), (model, phase)
             measured = summary[f"{phase}_s"]
             assert err.to_numpy() == pytest.approx(((pred - measured) / measured).to_numpy())
-    # no step reads were configured: that phase has no measurement, so no error either
-    assert summary["read_err_queueing"].isna().all()
+    # every step read was measured, so every family's read has an error
+    for model in MODELS:
+        assert (summary["read_mean_s"] > 0).all() and summary[f"read_err_{model}"].notna().all(), model
     # the initial model reads alone at full speed; sequential full reads take N times that
     init = summary.set_index("workers")
     assert init.loc[3, "init_s_pred_updated"] > 2.5 * init.loc[1, "init_s_pred_initial"]
