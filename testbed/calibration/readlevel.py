@@ -31,10 +31,10 @@ import os
 from typing import Sequence
 
 from testbed.model.profile import HardwareProfile
-from testbed.model.reads import READ_ORDERS, StepReadCosts
+from testbed.model.reads import READ_ORDERS, PausedReadCurve, StepReadCosts
 
 __all__ = ["CHECK_BYTES", "CHECK_PAUSE_S", "CHECK_READS", "CHECK_HOT_READS", "WAKE_RATIO_BOUNDS",
-           "read_level_from_samples", "apply_read_level", "failed_read_level", "measure_read_round", "ReadRound"]
+           "read_level_from_samples", "apply_read_level", "without_read_level", "failed_read_level", "measure_read_round", "ReadRound"]
 
 KIB, MIB = 2**10, 2**20
 CHECK_BYTES = 4 * KIB
@@ -98,7 +98,20 @@ def apply_read_level(profile: HardwareProfile, record: dict) -> HardwareProfile:
     orders = record["orders"]
     leveled = reads.at_level({o: v["hot_shift_s"] for o, v in orders.items()},
                              {o: v["wake_ratio"] for o, v in orders.items()})
+    # The curves as they were, so that a folder can be re-predicted without the check.
+    record = {**record, "calibrated_curves": [dataclasses.asdict(c) for c in reads.curves]}
     return dataclasses.replace(profile, step_reads=leveled, read_level=record)
+
+
+def without_read_level(profile: HardwareProfile) -> HardwareProfile:
+    """``profile`` with the step-read curves calibration measured, before any check's level
+    (an ablation: ``testbed residuals --repredict`` on a folder whose check is to be left out)."""
+    record = profile.read_level or {}
+    if profile.step_reads is None or "calibrated_curves" not in record:
+        return dataclasses.replace(profile, read_level=None)
+    curves = tuple(PausedReadCurve(**c) for c in record["calibrated_curves"])
+    return dataclasses.replace(profile, step_reads=dataclasses.replace(profile.step_reads, curves=curves),
+                               read_level=None)
 
 
 def failed_read_level(reason: str) -> dict:
