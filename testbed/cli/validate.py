@@ -156,7 +156,9 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     ``plan``: the (config, repeat) pairs to run instead of the spec's sweep (a draw);
     ``manifest_extra``: more fields for the manifest. ``level_check``: before the first config,
     re-measure a few calibration points in the session that runs the configs and predict at its
-    per-call cost level (``testbed.calibration.level``; about 21 s, 7 with a quick calibration)."""
+    per-call cost level (``testbed.calibration.level``; about 21 s, 7 with a quick calibration),
+    and, when a config reads every step, its step reads' level (``testbed.calibration.readlevel``,
+    about 1.5 s more a round)."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if profile_path is not None:
@@ -307,8 +309,8 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
                                        "(the noise floor)"),
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP),
              no_level_check: bool = typer.Option(False, "--no-level-check", help="predict at the calibration's "
-                                                 "per-call cost level, without re-measuring it in this session "
-                                                 "(saves about 21 s)")) -> None:
+                                                 "per-call cost level and step-read curves, without re-measuring "
+                                                 "them in this session (saves about 21 s, 26 with step reads)")) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
 
     Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left
