@@ -179,9 +179,13 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
         reply_wake=profile.scheduler.reply_wake_s if profile.scheduler else (),
         push_alone_s=push_alone, push_pull_alone_s=push_alone + spread * copy,
         pull_alone_s=spread * ((bare if bare is not None else overhead) + copy),
-        pull_dispatch_s=bare,
+        # A pull of its own at 2 shards and more pays the shard's whole dispatch even when it finds
+        # the shard serving another: the busy discount (a bare call's queued CPU over its paused)
+        # left the pulls of many ssp workers on 3-4 shards 43-61 % short (docs/model.md, "A plain
+        # pull to a busy shard at 2 shards and more").
+        pull_dispatch_s=bare if bare is not None else (overhead if own_step else None),
         pull_dispatch_busy_s=(min(bare, profile.actor_call_cpu_busy_s) if bare is not None
-                              and profile.actor_call_cpu_busy_s else None),
+                              and profile.actor_call_cpu_busy_s else (overhead if own_step else None)),
     )
 
 
