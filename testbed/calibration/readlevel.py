@@ -13,11 +13,18 @@ one-worker reads of 2026120717 ran 2-3 x short of a calibration made in a slow h
 So ``testbed validate``, when a config reads every step, re-measures the reads the curves were
 made from (4 KiB, back to back and after ``CHECK_PAUSE_S`` of sleep, both orders) in the runs'
 session, once after each round of the per-call check (``testbed.calibration.level``: a round
-every ~7 s, so the windows are spread over the check's ~25 s), and puts the curves at that
-level (``StepReadCosts.at_level``): per order, the back-to-back reads move by what the check's
+every ~7 s, so the windows are spread over the check's ~25 s); applied, it would put the curves
+at that level (``StepReadCosts.at_level``): per order, the back-to-back reads move by what the check's
 back-to-back read moved (the device's latency, additive over sizes), and every pause's
 wake-up is scaled by the check's wake-up over the curve's at ``CHECK_PAUSE_S``. The check's
 reads are pooled over its rounds (means, as the curves hold means).
+
+Recorded, not applied. Held out twice with the curves put at the check's level, the reads did
+no better than at the calibration's (2026120719: read median 51 -> 49 %, the check reading the
+calibration's level) and then worse (2026120720: 24 -> 40 %, the check's wake-ups x1.2-1.3 where
+the runs' small reads were as short as calibrated). So ``testbed validate`` keeps the check in
+the profile (``read_level``, with ``applied: false``) and predicts with the calibration's curves;
+``apply_read_level`` re-predicts a folder with it, for whoever revisits the question.
 
 ``read_level_from_samples`` and ``apply_read_level`` are pure; ``measure_read_round`` needs Ray.
 """

@@ -157,8 +157,8 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
     ``manifest_extra``: more fields for the manifest. ``level_check``: before the first config,
     re-measure a few calibration points in the session that runs the configs and predict at its
     per-call cost level (``testbed.calibration.level``; about 21 s, 7 with a quick calibration),
-    and, when a config reads every step, its step reads' level (``testbed.calibration.readlevel``,
-    about 1.5 s more a round)."""
+    and, when a config reads every step, record its step reads' level (``testbed.calibration.readlevel``,
+    about 1.5 s more a round; recorded, not applied)."""
     say = (lambda what: progress(what, 0, 0)) if progress else (lambda what: None)
     configs = list({c.config_id: c for c, _ in plan}.values()) if plan else expand(spec)
     if profile_path is not None:
@@ -232,9 +232,9 @@ def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None
 class ReadCheck:
     """The step reads' check in the runs' session (``testbed.calibration.readlevel``): a round
     of reads in ``directory`` after each round of the per-call check (``round``), then the
-    profile at the rounds' level (``finish``). A failed round is said, kept as the profile's
-    ``read_level``, and leaves the calibration's curves standing: the check is the model's
-    input, not the experiment."""
+    rounds' level recorded in the profile (``finish``; not applied: the calibration's curves
+    predict). A failed round is said and kept as the profile's ``read_level``: the check is a
+    record beside the runs, not the experiment."""
 
     def __init__(self, directory: str, profile: HardwareProfile, say: Callable[[str], None],
                  measure: Optional[Callable[..., Any]] = None) -> None:
@@ -255,14 +255,19 @@ class ReadCheck:
             self.failed = f"{type(err).__name__}: {err}"
 
     def finish(self, profile: HardwareProfile, repeats: int) -> HardwareProfile:
-        from testbed.calibration.readlevel import apply_read_level, failed_read_level, read_level_from_samples
+        from testbed.calibration.readlevel import failed_read_level, read_level_from_samples
         while self.failed is None and len(self.rounds) < repeats:  # the call check stopped early
             self.round(len(self.rounds))
         if self.failed is not None or not self.rounds or profile.step_reads is None:
             reason = self.failed or "no round of reads was made"
             self.say(f"warning: the step reads' level check failed ({reason}); predicting at the calibration's")
             return dataclasses.replace(profile, read_level=failed_read_level(reason))
-        return apply_read_level(profile, read_level_from_samples(profile.step_reads, self.rounds))
+        # Recorded, not applied: held out twice, the curves at the check's level did no better than
+        # the calibration's (2026120719: read median 51 -> 49 %) and then worse (2026120720: 24 ->
+        # 40 %); docs/model.md, "The step reads' level, checked in the runs' session".
+        # ``apply_read_level`` re-predicts a folder with it.
+        return dataclasses.replace(profile, read_level={**read_level_from_samples(profile.step_reads, self.rounds),
+                                                        "applied": False})
 
 
 def date_seed(today: Optional[_dt.date] = None) -> int:
@@ -309,8 +314,9 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
                                        "(the noise floor)"),
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP),
              no_level_check: bool = typer.Option(False, "--no-level-check", help="predict at the calibration's "
-                                                 "per-call cost level and step-read curves, without re-measuring "
-                                                 "them in this session (saves about 21 s, 26 with step reads)")) -> None:
+                                                 "per-call cost level, without re-measuring "
+                                                 "it in this session (nor recording the step reads' level; "
+                                                 "saves about 21 s, 26 with step reads)")) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
 
     Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left

@@ -134,10 +134,12 @@ def _read_level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
         return [(f"step reads' level of the runs' session{when}",
                  f"check failed ({level['failed']}); predicted at the calibration's curves")]
     pause = f"{level.get('pause_s', 0) * 1e3:g} ms"
+    # Profiles of the release that applied it say "applied"; since, the check is recorded only.
+    how = "applied" if level.get("applied", True) else "recorded, not applied (the calibration's curves predict)"
     return [(f"step reads' level of the runs' session{when}: {order}",
              f"back to back {v['hot_s'] * 1e6:.0f} us (calibrated {v['calibrated_hot_s'] * 1e6:.0f}), "
              f"after {pause} {v['paused_s'] * 1e6:.0f} us (calibrated {v['calibrated_paused_s'] * 1e6:.0f}); "
-             f"applied: back-to-back reads {v['hot_shift_s'] * 1e6:+.0f} us, wake-ups x{v['wake_ratio']:.2f}")
+             f"{how}: back-to-back reads {v['hot_shift_s'] * 1e6:+.0f} us, wake-ups x{v['wake_ratio']:.2f}")
             for order, v in sorted(level.get("orders", {}).items())]
 
 

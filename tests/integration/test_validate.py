@@ -100,7 +100,7 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
 
 
 def test_the_step_reads_level_is_checked_in_the_runs_session(validated):
-    from testbed.calibration.readlevel import CHECK_HOT_READS, CHECK_PAUSE_S, CHECK_READS, WAKE_RATIO_BOUNDS
+    from testbed.calibration.readlevel import CHECK_HOT_READS, CHECK_PAUSE_S, CHECK_READS, WAKE_RATIO_BOUNDS, apply_read_level
     saved = load_profile(validated.path / "profile.json")
     level = saved.read_level
     assert level is not None and "failed" not in level, level
@@ -115,11 +115,15 @@ def test_the_step_reads_level_is_checked_in_the_runs_session(validated):
         # 20 ms is not counted with the sleep
         assert 1e-6 < v["hot_s"] < 0.1 and 1e-6 < v["paused_s"] < CHECK_PAUSE_S + 0.1, (order, v)
         assert lo <= v["wake_ratio"] <= hi
-        # the profile the runs were predicted with reads the check's means at the checked cell
-        # (bounded wake ratios aside)
+        # recorded beside the calibration's curves, which predict; applied, the curves would
+        # read the check's means at the checked cell (bounded wake ratios aside)
+        assert saved.step_reads.read_s(order, 4096, 0.0) == pytest.approx(v["calibrated_hot_s"])
+        assert saved.step_reads.read_s(order, 4096, CHECK_PAUSE_S) == pytest.approx(v["calibrated_paused_s"])
         if lo < v["wake_ratio"] < hi and v["paused_s"] > v["hot_s"]:
-            assert saved.step_reads.read_s(order, 4096, 0.0) == pytest.approx(v["hot_s"])
-            assert saved.step_reads.read_s(order, 4096, CHECK_PAUSE_S) == pytest.approx(v["paused_s"])
+            leveled = apply_read_level(saved, level).step_reads
+            assert leveled.read_s(order, 4096, 0.0) == pytest.approx(v["hot_s"])
+            assert leveled.read_s(order, 4096, CHECK_PAUSE_S) == pytest.approx(v["paused_s"])
+    assert level["applied"] is False
     assert "step reads' level of the runs' session" in (validated.path / "report.md").read_text()
 
 

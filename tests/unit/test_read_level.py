@@ -141,4 +141,12 @@ def test_rounds_the_call_check_did_not_reach_are_made_before_the_level_is_taken(
     check.round(0)  # the call check stopped after one round (a profile without call curves: none)
     after = check.finish(base, 3)
     assert made == ["/data"] * 3 and after.read_level["rounds"] == 3
-    assert after.step_reads.read_s("sequential", CHECK_BYTES, CHECK_PAUSE_S) == pytest.approx(300 * US)
+    # recorded, not applied: the calibration's curves predict (held out twice, applied lost)
+    assert after.step_reads == reads and after.read_level["applied"] is False
+    assert after.read_level["orders"]["sequential"]["paused_s"] == pytest.approx(300 * US)
+    rows = dict(profile_rows(after))
+    label = f"step reads' level of the runs' session (checked {after.read_level['measured']}): sequential"
+    assert "recorded, not applied" in rows[label]
+    # and a folder's profile can be re-predicted with it
+    leveled = apply_read_level(after, after.read_level).step_reads
+    assert leveled.read_s("sequential", CHECK_BYTES, CHECK_PAUSE_S) == pytest.approx(300 * US)
