@@ -35,6 +35,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
+import statistics
 from typing import Sequence
 
 from testbed.model.profile import HardwareProfile
@@ -66,10 +67,6 @@ class ReadRound:
     mode: str = ""
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs)
-
-
 def read_level_from_samples(step_reads: StepReadCosts, rounds: Sequence[ReadRound]) -> dict:
     """The read level of ``rounds`` against ``step_reads``: per order, the pooled back-to-back
     and paused means, the calibrated ones at the same cell, the shift of the back-to-back read
@@ -82,7 +79,7 @@ def read_level_from_samples(step_reads: StepReadCosts, rounds: Sequence[ReadRoun
         paused = [x for r in rounds for x in r.paused_s.get(order, [])]
         if not hot or not paused or order not in step_reads.orders():
             continue
-        hot_m, paused_m = _mean(hot), _mean(paused)
+        hot_m, paused_m = statistics.fmean(hot), statistics.fmean(paused)
         cal_hot = step_reads.read_s(order, CHECK_BYTES, 0.0)
         cal_paused = step_reads.read_s(order, CHECK_BYTES, CHECK_PAUSE_S)
         cal_wake, wake = max(0.0, cal_paused - cal_hot), max(0.0, paused_m - hot_m)

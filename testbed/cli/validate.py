@@ -215,10 +215,8 @@ def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None
     kept as its ``call_level`` and a warning said."""
     from testbed.calibration.level import CHECK_REPEATS, failed_level_record, measure_call_level
     try:
-        repeats = CHECK_REPEATS if repeats is None else repeats
-        if after_round is None:
-            return (measure or measure_call_level)(profile, say, repeats=repeats)
-        return (measure or measure_call_level)(profile, say, repeats=repeats, after_round=after_round)
+        return (measure or measure_call_level)(profile, say, repeats=CHECK_REPEATS if repeats is None else repeats,
+                                               after_round=after_round)
     except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
         # The check is the model's input, not the experiment: a failed check loses nothing the
         # runs record; they are predicted at the level the profile already had. The failure is

@@ -122,7 +122,7 @@ def test_the_session_level_is_the_median_of_every_ratio_and_is_shown():
 def test_a_failed_check_is_kept_in_the_profile_and_shown():
     from testbed.cli.validate import profile_at_session_level
 
-    def broken(profile, say, repeats):
+    def broken(profile, say, repeats, after_round=None):
         raise RuntimeError("the actor died")
     said = []
     base = profile(costs(1))
