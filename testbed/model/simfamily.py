@@ -124,7 +124,7 @@ def sim_spec(config: Any, profile: HardwareProfile, t: StepTerms, *, steps: Opti
     # than the dispatch (the small slices): that comes out of the worker's side, and one worker
     # simulates calibration's own run (docs/model.md, "A pull of its own at 2 shards and more:
     # the dispatch counted once").
-    own_step = ssp and curves and bare is None and s > 1 and profile.plain_pull_step_s is not None
+    own_step = t.plain_pull_step
     twice = max(0.0, overhead - t.pull_service_s) if own_step else 0.0
     pull_transfer = max(0.0, t.pull_transfer_s - stretch * pull_shard_cpu - twice)
     # A call that finds the shard serving another: its dispatch's fixed part at the ratio of a

@@ -115,6 +115,11 @@ class StepTerms:
     # calibrated slice; 0: unknown). The simulated family discounts it for a call that finds
     # the shard serving another (docs/model.md, "A busy shard's dispatch").
     dispatch_fixed_s: float = 0.0
+    # An ssp pull to 2 shards and more under calibrated curves: a call of its own whose worker
+    # figure adds the calibrated step per shard beyond the first (``plain_pull_step_s``), the
+    # shards' dispatch inside it. Set where that step is added (``_curve_terms``); the simulated
+    # family reads it to count the dispatch once and to serve it whole at a busy shard.
+    plain_pull_step: bool = False
 
     @property
     def server_demand_s(self) -> float:
@@ -392,7 +397,8 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     push, pull = _worker_side(profile, costs, "worker_push_s", m, s), _worker_side(profile, costs, "worker_pull_s", m, s)
     apply_cal = costs.apply_s.at(part)
     above = part >= INLINE_LIMIT_BYTES
-    if _value(config.sync) == "ssp" and profile.plain_pull_step_s is not None and s > 1:
+    plain_step = _value(config.sync) == "ssp" and profile.plain_pull_step_s is not None and s > 1
+    if plain_step:
         # Every ssp pull is a call of its own: every shard's reply is in it, where the curves'
         # pull (travelling with the push) holds the last shard's alone.
         pull += (s - 1) * at_side(profile.plain_pull_step_s, part, INLINE_LIMIT_BYTES, above) \
@@ -419,7 +425,7 @@ def _curve_terms(config: Any, profile: HardwareProfile, costs: CallCosts) -> dic
     return dict(push_transfer_s=push - s_push + extra_net, pull_transfer_s=pull - s_pull + extra_net,
                 push_service_s=s_push + emulated, apply_s=apply_cal + emulated, pull_service_s=s_pull,
                 worker_cpu_s=max(0.0, worker_cpu - gap), worker_extra_s=gap, server_cpu_s=shards_cpu,
-                dispatch_fixed_s=dispatch_fixed)
+                dispatch_fixed_s=dispatch_fixed, plain_pull_step=plain_step)
 
 
 def emulated_apply_s(config: Any, profile: HardwareProfile) -> float:

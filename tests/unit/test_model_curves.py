@@ -391,8 +391,13 @@ def test_an_ssp_pull_has_every_shards_reply_in_it_and_the_other_modes_keep_the_c
     for sync in ("async", "sync"):
         c = config(servers=2, sync=sync)
         assert step_terms(c, with_step).pull_transfer_s == pytest.approx(step_terms(c, without).pull_transfer_s)
+        assert not step_terms(c, with_step).plain_pull_step
     one = config(sync="ssp", staleness=1)  # one shard: no other shard's reply
     assert step_terms(one, with_step).pull_transfer_s == pytest.approx(step_terms(one, without).pull_transfer_s)
+    # the terms say where the step was added (the simulated family reads it, not the rule again)
+    assert not step_terms(one, with_step).plain_pull_step
+    assert not step_terms(config(servers=2, sync="ssp", staleness=1), without).plain_pull_step
+    assert step_terms(config(servers=2, sync="ssp", staleness=1), with_step).plain_pull_step
     # 4 MiB over 4 shards: 1 MiB slices through the object store, three replies more than the curves' one
     four = config(servers=4, sync="ssp", staleness=1)
     grown = step_terms(four, with_step).pull_transfer_s - step_terms(four, without).pull_transfer_s
