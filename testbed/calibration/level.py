@@ -23,6 +23,13 @@ check, its ratios and the levels are kept with the profile (``HardwareProfile.ca
 ``apply_call_level`` still takes ratios per figure and size (read between the sizes linearly in
 log bytes, flat past the ends).
 
+The same check, one round, runs again after the last config (``with_level_after``): the level
+the machine stood at when the runs ended, beside the one they were predicted at. Recorded, not
+applied: it says how far the machine moved while the configs ran (the held-out draw 2026120721
+was calibrated in a slow spell its first two check rounds still read, x2.3-2.6 on push and pull,
+while the third read x1.0-1.2 and the runs came out faster than predicted on every phase), so a
+reader can tell a model's miss from the machine's drift.
+
 ``measure_call_level`` needs Ray; the rest is pure.
 """
 
@@ -40,7 +47,7 @@ from testbed.model.level import FIGURES, ratio_at, scale_call_curves
 from testbed.model.profile import HardwareProfile
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "CHECK_REPEATS", "FIGURES", "level_from_points", "median_ratios",
-           "apply_call_level", "measure_call_level",
+           "apply_call_level", "measure_call_level", "with_level_after", "level_drift", "AFTER_KEYS",
            "ratio_at", "session_level", "size_levels"]
 
 KIB, MIB = 2**10, 2**20
@@ -152,6 +159,31 @@ def apply_call_level(profile: HardwareProfile, ratios: dict[str, list[list[float
         return ratio_at(ratios[figure], nbytes) if figure in ratios else 1.0
     return dataclasses.replace(scale_call_curves(profile, factor),
                                call_level=record if record is not None else {"ratios": ratios})
+
+
+# What the check after the runs keeps of its record (its runs and rounds are the check's own detail).
+AFTER_KEYS = ("measured", "sizes", "steps", "repeats", "ratios", "level", "levels", "failed")
+
+
+def with_level_after(profile: HardwareProfile, after: dict) -> HardwareProfile:
+    """``profile`` with ``after`` (the ``call_level`` record of a check made after the runs, or a
+    failed one) kept as its ``call_level["after"]``; the curves stay as they are (recorded, not
+    applied: the runs were predicted at the level checked before them)."""
+    record = dict(profile.call_level or {})
+    record["after"] = {k: v for k, v in after.items() if k in AFTER_KEYS}
+    return dataclasses.replace(profile, call_level=record)
+
+
+def level_drift(record: Optional[dict]) -> Optional[float]:
+    """The level after the runs over the level before them (``call_level`` with its ``after``):
+    how far the machine's per-call cost moved while the configs ran; None when either check is
+    missing or failed."""
+    record = record or {}
+    after = record.get("after") or {}
+    before, later = record.get("level"), after.get("level")
+    if before is None or later is None or "failed" in record or "failed" in after or before <= 0:
+        return None
+    return float(later) / float(before)
 
 
 def failed_level_record(reason: str, previous: Optional[dict] = None) -> dict:

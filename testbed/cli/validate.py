@@ -43,10 +43,15 @@ from testbed.records.rundir import PROFILE_FILE, RunFolder, atomic_write_text
 from testbed.runner.run import run_experiment
 
 __all__ = ["validate", "validate_space", "validate_command", "with_dataset_reads", "dataset_read_bytes_per_s",
-           "date_seed", "NOISE_REPEATS"]
+           "date_seed", "NOISE_REPEATS", "DRIFT_BOUNDS", "level_after_runs"]
 
 # How often each noise-floor config runs, back to back.
 NOISE_REPEATS = 5
+
+# The level after the runs over the one before them, outside which a warning is said: three
+# rounds of the check within one session read up to 0.2 apart (testbed.calibration.level,
+# CHECK_REPEATS), so a quarter either way is the machine moving, not the check's own noise.
+DRIFT_BOUNDS = (0.75, 1 / 0.75)
 
 # Concurrent readers at which the data set's own reads are measured, and the passes at each
 # (their median: one pass of 16 readers over a 64 MiB data set read 1.4 GB/s where the runs'
@@ -189,9 +194,12 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 
     readers = [c for c in configs if c.data.step_reads is not StepReads.NONE and c.workload.dataset_bytes > 0]
 
+    calibrated = profile
+
     def check_level() -> None:
-        nonlocal profile
+        nonlocal profile, calibrated
         from testbed.calibration.level import CHECK_REPEATS
+        calibrated = profile
         # One round when calibration is quick (smoke tests), three otherwise (level.CHECK_REPEATS).
         repeats = 1 if quick_calibration else CHECK_REPEATS
         reads = ReadCheck(readers[0].data.dir, profile, say) if readers and profile.step_reads is not None else None
@@ -200,9 +208,42 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
         if reads is not None:
             profile = reads.finish(profile, repeats)
 
+    def check_level_after() -> None:
+        nonlocal profile
+        profile = level_after_runs(profile, calibrated, say)
+
     return run_experiment(spec, out=out, address=address, progress=progress, monitor_interval_s=monitor_interval_s,
                           deadlines=default_deadlines(configs, profile), plan=plan, manifest_extra=manifest_extra,
-                          before_settle=profile_and_report, before_runs=check_level if level_check else None)
+                          before_settle=profile_and_report, before_runs=check_level if level_check else None,
+                          after_runs=check_level_after if level_check else None)
+
+
+def level_after_runs(profile: HardwareProfile, calibrated: HardwareProfile, say: Callable[[str], None],
+                     measure: Optional[Callable[..., HardwareProfile]] = None) -> HardwareProfile:
+    """``profile`` with the per-call level checked again after the last config (one round against
+    the ``calibrated`` curves) kept as its ``call_level["after"]``, and that level said beside the
+    one the runs were predicted at; recorded, not applied (``testbed.calibration.level``,
+    ``with_level_after``). A failed check is said and kept the same way: the runs lose nothing."""
+    from testbed.calibration.level import failed_level_record, level_drift, measure_call_level, with_level_after
+    try:
+        checked = (measure or measure_call_level)(calibrated, say, repeats=1)
+        after = checked.call_level or {}
+    except Exception as err:  # noqa: BLE001 - any failure of the check (a Ray error too)
+        reason = f"{type(err).__name__}: {err}"
+        say(f"warning: the per-call level check after the runs failed ({reason}); nothing else is lost")
+        return with_level_after(profile, failed_level_record(reason))
+    if "level" not in after:  # a profile without per-call curves: nothing was checked
+        return profile
+    profile = with_level_after(profile, after)
+    drift = level_drift(profile.call_level)
+    if drift is not None:
+        say(f"the per-call level after the runs: x{after['level']:.2f} of the calibration's "
+            f"(before them x{profile.call_level['level']:.2f}; moved x{drift:.2f} while the configs ran)")
+        if not DRIFT_BOUNDS[0] <= drift <= DRIFT_BOUNDS[1]:
+            say(f"warning: the machine's per-call cost moved x{drift:.2f} while the configs ran: the errors "
+                "of this folder hold that drift as well as the model's (docs/validation.md, \"The level "
+                "after the runs\")")
+    return profile
 
 
 def profile_at_session_level(profile: HardwareProfile, say: Callable[[str], None],
@@ -313,8 +354,9 @@ def validate_command(spec: Path = typer.Argument(..., help="experiment spec (YAM
              large_sweep: bool = typer.Option(False, "--large-sweep", help=LARGE_SWEEP_HELP),
              no_level_check: bool = typer.Option(False, "--no-level-check", help="predict at the calibration's "
                                                  "per-call cost level, without re-measuring "
-                                                 "it in this session (nor recording the step reads' level; "
-                                                 "saves about 21 s, 26 with step reads)")) -> None:
+                                                 "it in this session before the runs nor after them (nor "
+                                                 "recording the step reads' level; saves about 28 s, 33 with "
+                                                 "step reads)")) -> None:
     """Calibrate (or reuse), run SPEC, predict it with every model family, compare, report.
 
     Exit code 0 when every config repeat ran ok, 3 when some failed or timed out (they are left

@@ -10,7 +10,7 @@ the error distribution on the draw and the configs the model missed most.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -118,6 +118,20 @@ def _fmt_key(key: str, value) -> str:
     return str(value)
 
 
+def _drift_text(profile: Optional[HardwareProfile]) -> str:
+    """How far the machine's per-call level moved while the configs ran (the check before the
+    first config and the one after the last), or nothing without both."""
+    from testbed.calibration.level import level_drift
+    level = profile.call_level if profile is not None else None
+    drift = level_drift(level)
+    if drift is None:
+        return ""
+    return (f"\nThe machine while the configs ran: the per-call level checked before the first config read "
+            f"x{level['level']:.2f} of the calibration's (the runs are predicted at it), the one after the last "
+            f"x{level['after']['level']:.2f}: it moved x{drift:.2f} in between. Past a quarter either way, "
+            f"the errors below hold that drift as well as the model's.\n")
+
+
 def heldout_markdown(comparison: Comparison, worst: int = 5) -> str:
     """The error distribution on a draw from a validation space, and each family's worst configs."""
     s = comparison.sample or {}
@@ -132,6 +146,7 @@ def heldout_markdown(comparison: Comparison, worst: int = 5) -> str:
                    f"phase (the run-to-run range), `noise as error` the median |error| of a model that knew each "
                    f"of them exactly, their mean over the other repeats: the floor to hold `median` against "
                    f"(the last column: how many times the floor each median is).\n")
+    out.append(_drift_text(comparison.profile))
     table = comparison.distribution
     table = table[table["phase"].isin(HELD_OUT_PHASES)].copy() if len(table) else table
     if len(table):

@@ -123,7 +123,24 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     elif "level" in level:
         rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
                      f"x{level['level']:.2f}"))
-    return rows
+    return rows + _after_rows(level)
+
+
+def _after_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
+    """The check made again after the last config (``call_level["after"]``): its level against
+    the calibration's and how far it is from the one the runs were predicted at."""
+    after = level.get("after")
+    if not after:
+        return []
+    label = "per-call level after the runs" + (f" (checked {after['measured']})" if after.get("measured") else "")
+    if "failed" in after:
+        return [(label, f"check failed ({after['failed']})")]
+    from testbed.calibration.level import level_drift
+    drift = level_drift(level)
+    moved = f"; before them x{level['level']:.2f}, moved x{drift:.2f} while the configs ran" if drift is not None else ""
+    rounds = after.get("repeats", 1)
+    return [(label, f"x{after['level']:.2f} of the calibration's ({rounds} round{'s' if rounds != 1 else ''}; "
+                    f"recorded, not applied{moved})")]
 
 
 def _read_level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:

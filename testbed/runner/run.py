@@ -457,7 +457,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
                    plan: Optional[list[tuple[RunConfig, int]]] = None,
                    manifest_extra: Optional[dict[str, Any]] = None,
                    before_settle: Optional[Callable[[RunFolder, RunStatus], None]] = None,
-                   before_runs: Optional[Callable[[], None]] = None) -> RunFolder:
+                   before_runs: Optional[Callable[[], None]] = None,
+                   after_runs: Optional[Callable[[], None]] = None) -> RunFolder:
     """Run every config x repeat of ``spec`` and write a run folder; returns it.
 
     ``progress(label, done, total)`` is called before each config repeat and at the end.
@@ -470,7 +471,9 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     folder's lock, after the summary and trace and before the status ``complete`` is written
     (``testbed validate`` writes the profile and the report there, so ``complete`` comes last).
     ``before_runs()`` runs inside the Ray session, after its checks and before the first config
-    (``testbed validate`` checks the session's per-call cost level there).
+    (``testbed validate`` checks the session's per-call cost level there); ``after_runs()``, in
+    the same session after the last config ran (not after an interrupt or an error), where
+    ``testbed validate`` checks that level again.
 
     The folder is locked for the whole run (one writer per folder, docs/reliability.md); the
     lock is released when this returns or raises.
@@ -535,7 +538,7 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
     try:
         if todo:
             _run_todo(folder, todo, total, run_id, address, monitor_interval_s, prepare_data, progress,
-                      deadlines or {}, before_runs)
+                      deadlines or {}, before_runs, after_runs)
         if progress:
             progress("done", total, total)
         # Inside the try: a Ctrl-C or an error while the summary and trace are written still
@@ -561,7 +564,8 @@ def run_experiment(spec: ExperimentSpec, *, out: Optional[Path] = None, address:
 def _run_todo(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, run_id: str,
               address: Optional[str], monitor_interval_s: Optional[float], prepare_data: Optional[PrepareData],
               progress: Optional[Callable[[str, int, int], None]], deadlines: dict[str, float],
-              before_runs: Optional[Callable[[], None]] = None) -> None:
+              before_runs: Optional[Callable[[], None]] = None,
+              after_runs: Optional[Callable[[], None]] = None) -> None:
     """The Ray session, its checks and monitors around ``_run_all``."""
     pending = list({c.config_id: c for c, _ in todo}.values())
     store = max(object_store_bytes_needed(c) for c in pending) * 2
@@ -581,6 +585,8 @@ def _run_todo(folder: RunFolder, todo: list[tuple[RunConfig, int]], total: int, 
         finally:
             if monitors:
                 monitors.close()
+        if after_runs is not None:  # the monitors stopped: nothing of the check lands in a config's samples
+            after_runs()
 
 
 def _free_bytes(directory: str) -> int:

@@ -99,6 +99,18 @@ def test_the_per_call_level_is_checked_in_the_runs_session(validated):
     assert level["repeats"] == 1 and level["ratios_by_round"] == [level["ratios"]]
 
 
+def test_the_per_call_level_is_checked_again_after_the_runs(validated):
+    from testbed.calibration.level import CHECK_SIZES, FIGURES, level_drift
+    level = load_profile(validated.path / "profile.json").call_level
+    after = level["after"]
+    # a real round in the same session, after the last config: every figure at every size
+    assert after["repeats"] == 1 and set(after["ratios"]) == set(FIGURES)
+    assert all([b for b, _ in rows] == [float(n) for n in CHECK_SIZES] for rows in after["ratios"].values())
+    assert after["measured"] >= level["measured"]
+    assert 1 / 3 <= after["level"] <= 3 and level_drift(level) == pytest.approx(after["level"] / level["level"])
+    assert "per-call level after the runs" in (validated.path / "report.md").read_text()
+
+
 def test_the_step_reads_level_is_checked_in_the_runs_session(validated):
     from testbed.calibration.readlevel import CHECK_HOT_READS, CHECK_PAUSE_S, CHECK_READS, WAKE_RATIO_BOUNDS, apply_read_level
     saved = load_profile(validated.path / "profile.json")

@@ -177,3 +177,79 @@ def test_the_level_goes_by_size_only_where_the_sizes_run_one_way():
     rows = dict(profile_rows(scaled))
     [text] = [v for k, v in rows.items() if "by size" in k]
     assert text == "4 KiB: x0.55; 512 KiB: x0.80; 8 MiB: x1.50"
+
+
+def _checked(base, level, when="then"):
+    return dataclasses.replace(base, call_level={"measured": when, "ratios": {"push": [[4096.0, level]]},
+                                                 "level": level, "levels": [[4096.0, level]]})
+
+
+def test_the_level_after_the_runs_is_recorded_beside_the_one_predicted_at_not_applied():
+    from testbed.calibration.level import level_drift, with_level_after
+    base = profile(costs(1))
+    before = _checked(base, 1.34)
+    after = {"measured": "later", "ratios": {"push": [[4096.0, 0.9]]}, "level": 0.9, "levels": [[4096.0, 0.9]],
+             "repeats": 1, "runs": [{"push_s": 1e-3}], "ratios_by_round": [{}]}
+    kept = with_level_after(before, after)
+    assert kept.call_costs == before.call_costs  # recorded, not applied
+    assert kept.call_level["level"] == 1.34 and kept.call_level["after"]["level"] == 0.9
+    assert "runs" not in kept.call_level["after"] and "ratios_by_round" not in kept.call_level["after"]
+    assert level_drift(kept.call_level) == pytest.approx(0.9 / 1.34)
+    # and it rides the profile's round trip and its table
+    again = HardwareProfile.from_dict(json.loads(profile_text(kept)))
+    rows = dict(profile_rows(again))
+    assert rows["per-call level after the runs (checked later)"] == \
+        "x0.90 of the calibration's (1 round; recorded, not applied; before them x1.34, moved x0.67 while the configs ran)"
+    # no drift without both levels
+    assert level_drift(None) is None and level_drift(before.call_level) is None
+    failed_before = dataclasses.replace(base, call_level={"measured": "then", "failed": "no Ray"})
+    assert level_drift(with_level_after(failed_before, after).call_level) is None
+    assert level_drift(with_level_after(before, {"measured": "later", "failed": "x"}).call_level) is None
+
+
+def test_the_check_after_the_runs_measures_against_the_calibration_and_warns_on_drift():
+    from testbed.cli.validate import DRIFT_BOUNDS, level_after_runs
+    base = profile(costs(1))
+    before = _checked(base, 1.0)
+    seen = []
+
+    def measure_at(level):
+        def measure(prof, say, repeats, after_round=None):
+            seen.append((prof, repeats))
+            return _checked(prof, level, "later")
+        return measure
+    said = []
+    steady = level_after_runs(before, base, said.append, measure=measure_at(1.1))
+    assert seen[-1] == (base, 1)  # one round, against the calibrated curves (not the leveled ones)
+    assert steady.call_costs == before.call_costs and steady.call_level["after"]["level"] == 1.1
+    assert any("moved x1.10" in line for line in said) and not any(line.startswith("warning") for line in said)
+    said.clear()
+    moved = level_after_runs(before, base, said.append, measure=measure_at(DRIFT_BOUNDS[0] * 0.9))
+    assert moved.call_level["after"]["level"] == pytest.approx(DRIFT_BOUNDS[0] * 0.9)
+    assert any(line.startswith("warning: the machine's per-call cost moved x0.68") for line in said)
+
+
+def test_a_failed_check_after_the_runs_loses_nothing_and_is_shown():
+    from testbed.cli.validate import level_after_runs
+
+    def broken(profile, say, repeats, after_round=None):
+        raise RuntimeError("the actor died")
+    said = []
+    before = _checked(profile(costs(1)), 1.2)
+    kept = level_after_runs(before, profile(costs(1)), said.append, measure=broken)
+    assert kept.call_costs == before.call_costs and kept.call_level["level"] == 1.2
+    assert kept.call_level["after"]["failed"] == "RuntimeError: the actor died"
+    assert any(line.startswith("warning: the per-call level check after the runs failed") for line in said)
+    rows = dict(profile_rows(kept))
+    [text] = [v for k, v in rows.items() if k.startswith("per-call level after the runs")]
+    assert text == "check failed (RuntimeError: the actor died)"
+
+
+def test_the_held_out_section_says_how_far_the_machine_moved_while_the_configs_ran():
+    from testbed.calibration.level import with_level_after
+    from testbed.report.comparison import _drift_text
+    before = _checked(profile(costs(1)), 1.34)
+    assert _drift_text(before) == "" and _drift_text(None) == ""
+    moved = with_level_after(before, {"measured": "later", "level": 0.9, "ratios": {}})
+    text = _drift_text(moved)
+    assert "read x1.34 of the calibration's" in text and "x0.90" in text and "moved x0.67" in text
