@@ -26,8 +26,8 @@ log bytes, flat past the ends).
 The same check, one round, runs again after the last config (``with_level_after``): the level
 the machine stood at when the runs ended, beside the one they were predicted at. Recorded, not
 applied: it says how far the machine moved while the configs ran (the held-out draw 2026120721
-was calibrated in a slow spell its first two check rounds still read, x2.3-2.6 on push and pull,
-while the third read x1.0-1.2 and the runs came out faster than predicted on every phase), so a
+was calibrated in a slow spell its first two check rounds still read, x1.6-3.0 on push and pull,
+while the third read x0.5-1.2 and the runs came out faster than predicted on every phase), so a
 reader can tell a model's miss from the machine's drift.
 
 ``measure_call_level`` needs Ray; the rest is pure.
