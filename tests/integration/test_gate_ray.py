@@ -112,9 +112,15 @@ def test_sequential_init_time_grows_with_the_worker_count(ray_local, workers: li
 
 
 def test_parallel_reads_overlap(ray_local, workers: list) -> None:
-    reads = reads_in_start_order(run_init(ray_local, workers, order=None))
-    assert len(reads) == 3
-    assert max(r.start_ns for r in reads) < min(r.end_ns for r in reads)
+    # Three runs, judged on all of them: a read of 24 MiB takes ~8 ms on a fast disk, and one
+    # actor woken 13 ms late once left the three reads overlapping only in pairs (CI, 2026-12-07).
+    # Reads through a gate overlap in no pair, ever.
+    def overlapping_pairs() -> int:
+        reads = reads_in_start_order(run_init(ray_local, workers, order=None))
+        assert len(reads) == 3
+        return sum(1 for i, a in enumerate(reads) for b in reads[i + 1:] if b.start_ns < a.end_ns)
+    pairs = [overlapping_pairs() for _ in range(3)]
+    assert statistics.median(pairs) >= 2 and max(pairs) == 3, pairs
 
 
 def test_plain_gate_serialises_threads_in_order() -> None:
