@@ -113,7 +113,7 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
         at = (f"the profile's earlier check, by size ({_by_size(by_size)})" if _differ(by_size)
               else f"the profile's earlier check, x{carried:.2f}" if carried is not None else "the calibration's")
         return [(f"per-call level of the runs' session{when}",
-                 f"check failed ({level['failed']}); predicted at {at} level")]
+                 f"check failed ({level['failed']}); predicted at {at} level")] + _after_rows(level)
     rows = [(f"per-call level of the runs' session{when}: {figure}", _by_size(points))
             for figure, points in level.get("ratios", {}).items() if points]
     levels = level.get("levels")

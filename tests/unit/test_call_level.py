@@ -204,6 +204,9 @@ def test_the_level_after_the_runs_is_recorded_beside_the_one_predicted_at_not_ap
     assert level_drift(None) is None and level_drift(before.call_level) is None
     failed_before = dataclasses.replace(base, call_level={"measured": "then", "failed": "no Ray"})
     assert level_drift(with_level_after(failed_before, after).call_level) is None
+    # a failed check before the runs still shows the one after them, without a drift
+    assert dict(profile_rows(with_level_after(failed_before, after)))[
+        "per-call level after the runs (checked later)"] == "x0.90 of the calibration's (1 round; recorded, not applied)"
     assert level_drift(with_level_after(before, {"measured": "later", "failed": "x"}).call_level) is None
 
 
