@@ -2,8 +2,9 @@
 
 ``ResourceSampler`` is the plain class: it reads a psutil-like source and turns
 the cumulative disk and network counters into rates over the time since the
-previous sample. The clock and the source are passed in, so tests drive it with
-fakes. ``MonitorActor`` is the thin Ray wrapper: ``start`` launches a background
+previous sample, and the CPU time counters into the hypervisor's share ("steal": on a
+virtual machine, the time its CPUs wanted to run and the host ran something else). The
+clock and the source are passed in, so tests drive it with fakes. ``MonitorActor`` is the thin Ray wrapper: ``start`` launches a background
 thread that samples every ``interval_s`` until ``stop``, which returns the
 samples as columns named as in ``RESOURCE_SCHEMA``.
 
@@ -43,11 +44,34 @@ class ResourceSampler:
         self._mono_ns = mono_ns
         self.columns: dict[str, list] = {name: [] for name, _ in RESOURCE_SCHEMA}
         self._last: Optional[tuple[int, tuple[int, int, int, int]]] = None
+        self._cpu_last: Any = None
+        self._steal_last = float("nan")
+
+    def _cpu_times(self) -> Any:
+        times = getattr(self.source, "cpu_times", None)
+        return times() if times is not None else None
+
+    def _steal_percent(self, now: Any) -> float:
+        """The hypervisor's share of the CPU time since the reference counters, all cores (NaN
+        without them: a source that has no ``steal``). Counters that have not moved since (the
+        closing sample right after another: they tick every 10 ms) give the share before, and the
+        reference stays for the next sample."""
+        before = self._cpu_last
+        if now is None or before is None or not hasattr(now, "steal"):
+            self._cpu_last = now
+            return float("nan")
+        total = sum(now) - sum(before)
+        if total <= 0:
+            return self._steal_last
+        self._cpu_last = now
+        self._steal_last = 100.0 * max(0.0, now.steal - before.steal) / total
+        return self._steal_last
 
     def prime(self) -> None:
         """Take the reference counters; psutil's cpu_percent(None) also measures from its previous call."""
         self.source.cpu_percent(interval=None)
         self._last = (self._mono_ns(), _counters(self.source))
+        self._cpu_last, self._steal_last = self._cpu_times(), float("nan")
 
     def sample(self, config_id: str, repeat: int) -> None:
         if self._last is None:
@@ -60,8 +84,8 @@ class ResourceSampler:
         rates = [max(0, now - before) / dt_s for now, before in zip(counters, prev)]
         mem = self.source.virtual_memory()
         row = (self.node, config_id, int(repeat), self._wall_ns(), float(self.source.cpu_percent(interval=None)),
-               int(mem.used), float(mem.percent), *rates)
-        for (name, _), value in zip(RESOURCE_SCHEMA, row):
+               int(mem.used), float(mem.percent), *rates, self._steal_percent(self._cpu_times()))
+        for (name, _), value in zip(RESOURCE_SCHEMA, row, strict=True):
             self.columns[name].append(value)
         self._last = (t, counters)
 

@@ -93,6 +93,10 @@ RESOURCE_SCHEMA: tuple[tuple[str, str], ...] = (
     ("disk_write_bytes_per_s", "float64"),
     ("net_sent_bytes_per_s", "float64"),
     ("net_recv_bytes_per_s", "float64"),
+    # All cores: the share of the interval the hypervisor ran something else while this node's
+    # CPUs wanted to run (Linux "steal"); NaN where the source does not report it. Folders made
+    # before it read NaN here.
+    ("cpu_steal_percent", "float64"),
 )
 
 _CONSTANT = ("run_id", "config_id", "repeat", "actor", "role", "node")

@@ -213,12 +213,30 @@ def nodes_section(folder: RunFolder, events: pd.DataFrame, resources: Optional[p
         roles = mine.drop_duplicates(["config_id", "repeat", "actor"])["role"].value_counts()
         samples = resources[resources["node"] == node] if resources is not None else None
         cpu = float(samples["cpu_percent"].mean()) if samples is not None and len(samples) else float("nan")
+        steal, worst = _steal(samples)
         offset = offsets.get(node, {}).get("offset_ns")
         rows.append((node[:12], ips.get(node, "?"), int(roles.get(Role.WORKER.value, 0)),
                      int(roles.get(Role.SERVER.value, 0)), "yes" if (mine["role"] == Role.DRIVER.value).any() else "",
-                     cpu, "-" if offset is None else f"{offset / 1e6:+.3f}"))
-    columns = ["node", "ip", "workers", "servers", "driver", "mean cpu %", "clock offset ms"]
-    return ["## Nodes", "", "Actors counted over all configs and repeats.", "", *markdown_table(rows, columns), ""]
+                     cpu, steal, worst, "-" if offset is None else f"{offset / 1e6:+.3f}"))
+    columns = ["node", "ip", "workers", "servers", "driver", "mean cpu %", "mean steal %",
+               "steal % of its most stolen config", "clock offset ms"]
+    return ["## Nodes", "", "Actors counted over all configs and repeats. Steal is the share of the node's CPU time "
+            "the hypervisor ran something else while the node wanted to run (a virtual machine's host busy "
+            "elsewhere: every phase of a config run then comes out slower than the machine calibrated; "
+            "`cpu_steal_percent` in `resources.parquet` has it per sample).", "", *markdown_table(rows, columns), ""]
+
+
+def _steal(samples: Optional[pd.DataFrame]) -> tuple[float, str]:
+    """A node's mean steal % over its samples, and its most stolen config's mean (with its id);
+    NaN and "-" without the figure (folders made before it, sources that do not report it)."""
+    if samples is None or not len(samples) or "cpu_steal_percent" not in samples:
+        return float("nan"), "-"
+    stolen = samples.dropna(subset=["cpu_steal_percent"])
+    if not len(stolen):
+        return float("nan"), "-"
+    by_config = stolen.groupby(["config_id", "repeat"])["cpu_steal_percent"].mean()
+    (config, repeat), top = by_config.idxmax(), float(by_config.max())
+    return float(stolen["cpu_steal_percent"].mean()), f"{top:.1f} ({config} r{repeat})"
 
 
 def max_clock_offset_ns(manifest: dict[str, Any]) -> Optional[int]:

@@ -185,6 +185,10 @@ def test_cluster_run_folder_has_every_record(cluster_run):
     resources = folder.resources()
     assert set(resources.node) == nodes  # the monitor reported every node
     assert (resources.cpu_percent.between(0, 100)).all()
+    # Linux reports the hypervisor's steal: a share, on every sample whose CPU counters had ticked
+    # (every 10 ms) since the monitor started the config
+    steal = resources.cpu_steal_percent
+    assert steal.notna().mean() > 0.9 and steal.dropna().between(0, 100).all()
     assert set(resources.config_id) == set(events.config_id)
 
 

@@ -55,7 +55,7 @@ def build_run(path, name="exp", *, workers=(1, 2, 4), init_s=lambda n: 0.5 * n, 
                 rows.append((name, cfg.config_id, 0, "server-0", "server", "node", "apply", step, t, 10**5, 0, w))
         folder.write_config_events(cfg.config_id, 0, {c: [r[i] for r in rows] for i, c in enumerate(names)})
         if with_monitor:
-            values = ("node", cfg.config_id, 0, t0, 50.0, 10, 1.0, 1e6, 2e6, 3e5, 3e5)
+            values = ("node", cfg.config_id, 0, t0, 50.0, 10, 1.0, 1e6, 2e6, 3e5, 3e5, 0.5)
             folder.append_resources({c: [v] for (c, _), v in zip(RESOURCE_SCHEMA, values)})
     folder.update(started=started)
     folder.set_status(status)

@@ -89,3 +89,37 @@ def test_sampling_without_priming_primes_first():
     mono.ns = 1
     sampler.sample("c", 0)
     assert sampler.take()["disk_read_bytes_per_s"] == [pytest.approx(0.0)]
+
+
+def test_steal_is_the_hypervisors_share_of_the_cpu_time_since_the_previous_sample():
+    from collections import namedtuple
+    Times = namedtuple("Times", "user system idle steal")
+
+    class Stolen(FakePsutil):
+        def __init__(self):
+            super().__init__()
+            self.times = Times(0.0, 0.0, 0.0, 0.0)
+
+        def cpu_times(self):
+            return self.times
+    ps, mono = Stolen(), FakeClock()
+    sampler = ResourceSampler("node-a", source=ps, mono_ns=mono, wall_ns=lambda: mono.ns)
+    sampler.prime()
+    # 2 cores over 1 s: 2 s of CPU time, 0.5 of it the host's
+    ps.times, mono.ns = Times(1.0, 0.3, 0.2, 0.5), 10**9
+    sampler.sample("c0", 0)
+    # then none stolen, all of it busy
+    ps.times, mono.ns = Times(2.5, 0.8, 0.2, 0.5), 2 * 10**9
+    sampler.sample("c0", 0)
+    # a closing sample before the counters ticked again: the share before, and the reference kept
+    sampler.sample("c0", 0)
+    ps.times, mono.ns = Times(3.0, 0.8, 0.2, 1.0), 3 * 10**9
+    sampler.sample("c0", 0)
+    assert sampler.take()["cpu_steal_percent"] == pytest.approx([25.0, 0.0, 0.0, 50.0])
+    # a source without CPU time counters (or without steal) reads NaN, not 0
+    ps2, mono2, plain = make()
+    plain.prime()
+    mono2.ns = 10**9
+    plain.sample("c0", 0)
+    [nan] = plain.take()["cpu_steal_percent"]
+    assert nan != nan

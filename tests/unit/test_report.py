@@ -61,7 +61,7 @@ def build_folder(path, with_monitor=True, settle=True):
         for node in ("nodeA" * 4, "nodeB" * 4):
             for k in range(4):
                 for (name, _), v in zip(RESOURCE_SCHEMA, (node, cfg.config_id, 0, t0 + k * 10**8, 50.0, 10, 1.0,
-                                                          1e6, 2e6, 3e5, 3e5)):
+                                                          1e6, 2e6, 3e5, 3e5, 0.5)):
                     samples[name].append(v)
         folder.append_resources(samples)
     if settle:
@@ -78,8 +78,8 @@ def test_report_regenerates_the_summary_and_writes_trace_plot_and_markdown(tmp_p
     assert text.startswith("# rep: run r1")
     summary = pd.read_csv(folder.path / "summary.csv")
     assert list(summary.updates) == [4] and list(summary.workers) == [2]
-    assert "| nodeAnodeAno | 10.0.0.1 | 0 | 1 | yes | 50 | +0.000 |" in text
-    assert "| nodeBnodeBno | 10.0.0.2 | 2 | 0 |  | 50 | -3.000 |" in text
+    assert "| nodeAnodeAno | 10.0.0.1 | 0 | 1 | yes | 50 | 0.5 | 0.5 (" in text and " r0) | +0.000 |" in text
+    assert "| nodeBnodeBno | 10.0.0.2 | 2 | 0 |  | 50 | 0.5 | 0.5 (" in text and " r0) | -3.000 |" in text
     assert "at most 3.500 ms" in text  # |-3 ms| + 1 ms / 2
     assert "![utilisation per node](utilisation.png)" in text
     assert (folder.path / "utilisation.png").read_bytes()[:4] == b"\x89PNG"
@@ -214,3 +214,16 @@ def test_the_apply_kernel_updates_in_place_across_chunk_boundaries():
     apply_in_place(w, g, np.float32(0.25), apply_scratch(n))
     assert w is buffer and np.array_equal(w, expected)
     assert apply_scratch(10).shape == (10,) and apply_scratch(n).shape == (APPLY_CHUNK_ELEMENTS,)
+
+
+def test_the_nodes_section_gives_the_hypervisors_steal_and_its_most_stolen_config(tmp_path):
+    from testbed.report.sections import nodes_section
+    folder = build_folder(tmp_path / "run")
+    resources = folder.resources()
+    cid = resources["config_id"].iloc[0]
+    resources.loc[resources["config_id"] == cid, "cpu_steal_percent"] = 30.0
+    text = "\n".join(nodes_section(folder, folder.events(), resources))
+    assert "mean steal %" in text and f"30.0 ({cid} r0)" in text
+    # folders made before the column: no figure, no error
+    text = "\n".join(nodes_section(folder, folder.events(), resources.drop(columns=["cpu_steal_percent"])))
+    assert "mean steal %" in text and "| - |" in text

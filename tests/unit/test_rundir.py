@@ -133,7 +133,7 @@ def test_an_events_file_no_entry_lists_is_not_the_truth(tmp_path):
 def test_monitor_samples_are_one_part_per_config_folded_at_the_end(tmp_path):
     folder = new_folder(tmp_path / "run")
     cid = folder.record.configs[0]["config_id"]
-    samples = {n: [v] for (n, _), v in zip(RESOURCE_SCHEMA, ("n", cid, 0, 1, 50.0, 10, 1.0, 1e6, 2e6, 3e5, 3e5))}
+    samples = {n: [v] for (n, _), v in zip(RESOURCE_SCHEMA, ("n", cid, 0, 1, 50.0, 10, 1.0, 1e6, 2e6, 3e5, 3e5, 0.5))}
     folder.write_config_events(cid, 0, columns(cid), resources=samples)
     assert len(RunFolder.open(folder.path).resources()) == 1
     folder.set_status(RunStatus.COMPLETE)
