@@ -90,11 +90,27 @@ def _compared(path: Path, family: str, repredict: bool) -> pd.DataFrame:
     return frame
 
 
+def _steal_by_config(path: Path) -> dict[tuple[str, int], float]:
+    """Each config repeat's mean hypervisor steal over its monitor samples (``cpu_steal_percent``
+    in ``resources.parquet``); empty for folders without monitors or made before the column."""
+    file = path / "resources.parquet"
+    if not file.is_file():
+        return {}
+    try:
+        samples = pd.read_parquet(file, columns=["config_id", "repeat", "cpu_steal_percent"])
+    except (KeyError, ValueError, OSError):  # a folder made before the column
+        return {}
+    means = samples.dropna(subset=["cpu_steal_percent"]).groupby(["config_id", "repeat"])["cpu_steal_percent"].mean()
+    return {(str(c), int(k)): float(v) for (c, k), v in means.items()}
+
+
 def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: bool = False,
                      phases: Sequence[str] = RESIDUAL_PHASES) -> pd.DataFrame:
     """One row per config and phase of the folder at ``path``: the measured and predicted time
-    (seconds: the span, or the per-step mean), the signed relative error, and the config's
-    grouping values (``config_dimensions``). Phases a config did not measure are left out."""
+    (seconds: the span, or the per-step mean), the signed relative error, the hypervisor's steal
+    while that repeat ran (``steal_percent``, its monitor samples' mean; NaN without them), and
+    the config's grouping values (``config_dimensions``). Phases a config did not measure are left
+    out."""
     if family not in MODELS:
         raise UserError(f"unknown model family {family!r}: choose one of {', '.join(MODELS)}")
     path = Path(path)
@@ -109,6 +125,7 @@ def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: 
     if "status" in compared:
         compared = compared[compared["status"] == "ok"]
     first = compared[compared["repeat"] == compared.groupby("config_id")["repeat"].transform("min")]
+    steal = _steal_by_config(path)
     rows = []
     for _, row in first.iterrows():
         config = configs.get(row["config_id"])
@@ -122,9 +139,9 @@ def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: 
                 continue
             rows.append({"folder": path.name, "config_id": row["config_id"], "phase": phase, "workers_n": int(config["workers"]),
                          "measured_s": measured, "predicted_s": predicted, "error": (predicted - measured) / measured,
-                         **dims})
+                         "steal_percent": steal.get((str(row["config_id"]), int(row["repeat"])), np.nan), **dims})
     return pd.DataFrame(rows, columns=["folder", "config_id", "phase", "workers_n", "measured_s", "predicted_s", "error",
-                                       *DIMENSIONS])
+                                       "steal_percent", *DIMENSIONS])
 
 
 def residuals(paths: Iterable[str | Path], family: str = "simulated", *, repredict: bool = False,

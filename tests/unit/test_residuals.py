@@ -203,3 +203,16 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys, argv, needl
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_each_row_carries_the_hypervisors_steal_while_its_repeat_ran(tmp_path):
+    folder = _folder(tmp_path / "d1", [_config("a"), _config("b")],
+                     [("a", 0, "ok", {"train": (1.0, 1.0)}), ("b", 0, "ok", {"train": (1.0, 1.0)})])
+    assert r.folder_residuals(folder)["steal_percent"].isna().all()  # no monitors: no figure
+    pd.DataFrame({"config_id": ["a", "a", "a", "b"], "repeat": [0, 0, 1, 0],
+                  "cpu_steal_percent": [10.0, 20.0, 90.0, float("nan")]}).to_parquet(folder / "resources.parquet")
+    res = r.folder_residuals(folder).set_index("config_id")["steal_percent"]
+    assert res["a"] == pytest.approx(15.0) and math.isnan(res["b"])  # its repeat's samples; NaN ones left out
+    # a folder made before the column reads no figure, not an error
+    pd.DataFrame({"config_id": ["a"], "repeat": [0], "cpu_percent": [50.0]}).to_parquet(folder / "resources.parquet")
+    assert r.folder_residuals(folder)["steal_percent"].isna().all()
