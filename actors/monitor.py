@@ -4,9 +4,9 @@
 the cumulative disk and network counters into rates over the time since the
 previous sample, and the CPU time counters into the hypervisor's share ("steal": on a
 virtual machine, the time its CPUs wanted to run and the host ran something else). The
-clock and the source are passed in, so tests drive it with fakes. ``MonitorActor`` is the thin Ray wrapper: ``start`` launches a background
-thread that samples every ``interval_s`` until ``stop``, which returns the
-samples as columns named as in ``RESOURCE_SCHEMA``.
+clock and the source are passed in, so tests drive it with fakes. ``MonitorActor`` is the
+thin Ray wrapper: ``start`` launches a background thread that samples every ``interval_s``
+until ``stop``, which returns the samples as columns named as in ``RESOURCE_SCHEMA``.
 
 The samples describe the whole node (every process on it), which is what shows
 whether the disk or the network was busy, not only what the testbed asked of it.

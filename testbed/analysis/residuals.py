@@ -96,11 +96,8 @@ def _steal_by_config(path: Path) -> dict[tuple[str, int], float]:
     file = path / "resources.parquet"
     if not file.is_file():
         return {}
-    try:
-        samples = pd.read_parquet(file, columns=["config_id", "repeat", "cpu_steal_percent"])
-    except (KeyError, ValueError, OSError):  # a folder made before the column
-        return {}
-    means = samples.dropna(subset=["cpu_steal_percent"]).groupby(["config_id", "repeat"])["cpu_steal_percent"].mean()
+    from testbed.records.summary import steal_by_config
+    means = steal_by_config(pd.read_parquet(file))
     return {(str(c), int(k)): float(v) for (c, k), v in means.items()}
 
 

@@ -17,7 +17,7 @@ from testbed.config.spec import Workload
 from testbed.records.events import Phase, Role
 from testbed.records.manifest import Finished
 
-__all__ = ["summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns", "SHOWN_COLUMNS", "SHOWN_KNOBS",
+__all__ = ["steal_by_config", "summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "config_columns", "SHOWN_COLUMNS", "SHOWN_KNOBS",
            "shown_columns"]
 
 # Per-step phases whose mean duration the summary reports, in step order.
@@ -145,3 +145,13 @@ def summarize(events: pd.DataFrame, configs: Iterable[dict[str, Any]],
     if len(frame):
         frame = frame.sort_values(["config_id", "repeat"], key=lambda s: s.map(order) if s.name == "config_id" else s)
     return frame.reset_index(drop=True)
+
+
+def steal_by_config(samples: pd.DataFrame) -> pd.Series:
+    """Each config repeat's mean hypervisor steal (``cpu_steal_percent``) over its monitor
+    samples that have the figure, indexed by (config_id, repeat); empty for samples without the
+    column (folders made before it) or without a figure."""
+    if "cpu_steal_percent" not in samples:
+        return pd.Series(dtype="float64")
+    stolen = samples.dropna(subset=["cpu_steal_percent"])
+    return stolen.groupby(["config_id", "repeat"])["cpu_steal_percent"].mean()

@@ -229,14 +229,12 @@ def nodes_section(folder: RunFolder, events: pd.DataFrame, resources: Optional[p
 def _steal(samples: Optional[pd.DataFrame]) -> tuple[float, str]:
     """A node's mean steal % over its samples, and its most stolen config's mean (with its id);
     NaN and "-" without the figure (folders made before it, sources that do not report it)."""
-    if samples is None or not len(samples) or "cpu_steal_percent" not in samples:
+    from testbed.records.summary import steal_by_config
+    by_config = steal_by_config(samples) if samples is not None else pd.Series(dtype="float64")
+    if not len(by_config):
         return float("nan"), "-"
-    stolen = samples.dropna(subset=["cpu_steal_percent"])
-    if not len(stolen):
-        return float("nan"), "-"
-    by_config = stolen.groupby(["config_id", "repeat"])["cpu_steal_percent"].mean()
     (config, repeat), top = by_config.idxmax(), float(by_config.max())
-    return float(stolen["cpu_steal_percent"].mean()), f"{top:.1f} ({config} r{repeat})"
+    return float(samples["cpu_steal_percent"].mean()), f"{top:.1f} ({config} r{repeat})"
 
 
 def max_clock_offset_ns(manifest: dict[str, Any]) -> Optional[int]:
