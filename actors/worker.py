@@ -47,6 +47,7 @@ from testbed.config.spec import RunConfig, SyncMode
 from testbed.emulation.compute import ComputeEmulator, ComputePlan, GradientSource
 from testbed.emulation.network import Endpoint
 from testbed.records.events import EventRecorder, Phase
+from testbed.records.runqueue import waited_ns
 
 __all__ = ["ServerClient", "ClockClient", "LocalServerClient", "RayServerClient", "RayClockClient", "Worker"]
 
@@ -229,8 +230,11 @@ class Worker:
                 self.crashed_steps.add(step)
                 self.crash(step)
             if step_input is not None:
+                waited, (read_wall, _) = waited_ns(), rec.now()
                 with rec.timed(Phase.READ, step, step_input.step_bytes):
                     step_input.read_step()
+                if waited is not None:  # of the read, the wait for a core (outside its timing: ~10 us each)
+                    rec.record(Phase.READ_RUNQ, step, read_wall, max(0, (waited_ns() or waited) - waited))
             with rec.timed(Phase.COMPUTE, step):
                 self.compute.run(step)
             grad = self.source.fill(step)

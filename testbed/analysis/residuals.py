@@ -105,7 +105,9 @@ def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: 
                      phases: Sequence[str] = RESIDUAL_PHASES) -> pd.DataFrame:
     """One row per config and phase of the folder at ``path``: the measured and predicted time
     (seconds: the span, or the per-step mean), the signed relative error, the hypervisor's steal
-    while that repeat ran (``steal_percent``, its monitor samples' mean; NaN without them), and
+    while that repeat ran (``steal_percent``, its monitor samples' mean; NaN without them), on
+    the read's row the part of the mean read its thread waited for a core (``runq_s``, from the
+    ``read_runq`` events; NaN elsewhere, and for folders made before them), and
     the config's grouping values (``config_dimensions``). Phases a config did not measure are left
     out."""
     if family not in MODELS:
@@ -136,9 +138,10 @@ def folder_residuals(path: str | Path, family: str = "simulated", *, repredict: 
                 continue
             rows.append({"folder": path.name, "config_id": row["config_id"], "phase": phase, "workers_n": int(config["workers"]),
                          "measured_s": measured, "predicted_s": predicted, "error": (predicted - measured) / measured,
-                         "steal_percent": steal.get((str(row["config_id"]), int(row["repeat"])), np.nan), **dims})
+                         "steal_percent": steal.get((str(row["config_id"]), int(row["repeat"])), np.nan),
+                         "runq_s": float(row.get("read_runq_mean_s", np.nan)) if phase == "read" else np.nan, **dims})
     return pd.DataFrame(rows, columns=["folder", "config_id", "phase", "workers_n", "measured_s", "predicted_s", "error",
-                                       "steal_percent", *DIMENSIONS])
+                                       "steal_percent", "runq_s", *DIMENSIONS])
 
 
 def residuals(paths: Iterable[str | Path], family: str = "simulated", *, repredict: bool = False,

@@ -47,6 +47,9 @@ class Phase(str, enum.Enum):
     # Shaped links only (docs/network.md); part of the worker's push and pull, as queue and apply are.
     LINK_IN = "link_in"      # server: a pushed slice crossing its inbound link (its share, then the latency)
     LINK_OUT = "link_out"    # server: a slice it serves to a pull crossing its outbound link
+    # Of a step's read, the time the worker's thread waited for a core (``records.runqueue``;
+    # Linux only, else not recorded): its start is the read's, its duration the wait.
+    READ_RUNQ = "read_runq"  # worker
 
 
 class Role(str, enum.Enum):

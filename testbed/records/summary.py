@@ -22,7 +22,7 @@ __all__ = ["steal_by_config", "summarize", "SUMMARY_COLUMNS", "STEP_PHASES", "co
 
 # Per-step phases whose mean duration the summary reports, in step order.
 STEP_PHASES = (Phase.READ, Phase.COMPUTE, Phase.PUSH, Phase.PULL, Phase.BARRIER, Phase.QUEUE, Phase.APPLY,
-               Phase.INIT_READ, Phase.INIT_WAIT, Phase.LINK_IN, Phase.LINK_OUT)
+               Phase.INIT_READ, Phase.INIT_WAIT, Phase.LINK_IN, Phase.LINK_OUT, Phase.READ_RUNQ)
 
 SUMMARY_COLUMNS = [
     "experiment", "config_id", "repeat", "workers", "servers", "sync", "staleness", "apply_seconds",

@@ -8,6 +8,7 @@ import pytest
 
 from testbed.config.errors import UserError
 from testbed.config.spec import expand, parse_spec
+from testbed.records import runqueue
 from testbed.runner.run import run_config, run_experiment
 
 pytestmark = pytest.mark.integration
@@ -76,6 +77,12 @@ def test_step_reads_are_timed_every_step(ray_local, tmp_path):
     out = run_config(small, 0, "t")
     reads = [b for p, b in zip(out.columns["phase"], out.columns["bytes"]) if p == "read"]
     assert reads == [4 * 4096] * 3
+    # beside each read, its thread's wait for a core (Linux), never longer than the read
+    if runqueue.waited_ns() is not None:
+        by_step = {(p, st): d for p, st, d in zip(out.columns["phase"], out.columns["step"], out.columns["duration_ns"])
+                   if p in ("read", "read_runq")}
+        assert sorted(st for p, st in by_step if p == "read_runq") == [0, 1, 2]
+        assert all(0 <= by_step["read_runq", st] <= by_step["read", st] + 1_000_000 for st in range(3))
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")

@@ -216,3 +216,16 @@ def test_each_row_carries_the_hypervisors_steal_while_its_repeat_ran(tmp_path):
     # a folder made before the column reads no figure, not an error
     pd.DataFrame({"config_id": ["a"], "repeat": [0], "cpu_percent": [50.0]}).to_parquet(folder / "resources.parquet")
     assert r.folder_residuals(folder)["steal_percent"].isna().all()
+
+
+def test_the_reads_row_carries_its_wait_for_a_core(tmp_path):
+    data = _config("a", data=8 * MIB, step_reads="random")
+    folder = _folder(tmp_path / "d1", [data, _config("b", data=8 * MIB, step_reads="random")],
+                     [("a", 0, "ok", {"train": (1.0, 1.0), "read": (0.010, 0.008)}),
+                      ("b", 0, "ok", {"train": (1.0, 1.0), "read": (0.010, 0.008)})])
+    summary = pd.read_csv(folder / "summary.csv")
+    summary["read_runq_mean_s"] = [0.007, float("nan")]  # b: a folder made before the events
+    summary.to_csv(folder / "summary.csv", index=False)
+    res = r.folder_residuals(folder).set_index(["config_id", "phase"])["runq_s"]
+    assert res["a", "read"] == pytest.approx(0.007)
+    assert math.isnan(res["b", "read"]) and math.isnan(res["a", "train"])  # only the read's row has one
