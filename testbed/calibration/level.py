@@ -24,11 +24,12 @@ check, its ratios and the levels are kept with the profile (``HardwareProfile.ca
 log bytes, flat past the ends).
 
 The same check, one round, runs again after the last config (``with_level_after``): the level
-the machine stood at when the runs ended, beside the one they were predicted at. Recorded, not
-applied: it says how far the machine moved while the configs ran (the held-out draw 2026120721
-was calibrated in a slow spell its first two check rounds still read, x1.6-3.0 on push and pull,
-while the third read x0.5-1.2 and the runs came out faster than predicted on every phase), so a
-reader can tell a model's miss from the machine's drift.
+the machine stood at when the runs ended. It says how far the machine moved while the configs
+ran (the held-out draw 2026120721 was calibrated in a slow spell its first two check rounds
+still read, x1.6-3.0 on push and pull, while the third read x0.5-1.2 and the runs came out
+faster than predicted on every phase), and, with the check before them, it brackets the level
+the runs met: ``at_span_level`` predicts them at the geometric mean of the two checks, size by
+size (the span's level; after 2026120801, docs/model.md "The level of the runs' span").
 
 ``measure_call_level`` needs Ray; the rest is pure.
 """
@@ -48,6 +49,7 @@ from testbed.model.profile import HardwareProfile
 
 __all__ = ["CHECK_SIZES", "CHECK_STEPS", "CHECK_REPEATS", "FIGURES", "level_from_points", "median_ratios",
            "apply_call_level", "measure_call_level", "with_level_after", "level_drift", "AFTER_KEYS",
+           "at_span_level", "span_levels",
            "ratio_at", "session_level", "size_levels"]
 
 KIB, MIB = 2**10, 2**20
@@ -167,11 +169,40 @@ AFTER_KEYS = ("measured", "sizes", "steps", "repeats", "ratios", "level", "level
 
 def with_level_after(profile: HardwareProfile, after: dict) -> HardwareProfile:
     """``profile`` with ``after`` (the ``call_level`` record of a check made after the runs, or a
-    failed one) kept as its ``call_level["after"]``; the curves stay as they are (recorded, not
-    applied: the runs were predicted at the level checked before them)."""
+    failed one) kept as its ``call_level["after"]``; the curves stay as they are (``at_span_level``
+    then puts them at the span's level)."""
     record = dict(profile.call_level or {})
     record["after"] = {k: v for k, v in after.items() if k in AFTER_KEYS}
     return dataclasses.replace(profile, call_level=record)
+
+
+def span_levels(before: list[list[float]], after: list[list[float]]) -> list[list[float]]:
+    """``[bytes, level]`` at each size either check measured: the geometric mean of the level
+    before the runs and the one after them there (each read between its sizes as ``ratio_at``)."""
+    sizes = sorted({float(b) for b, _ in before} | {float(b) for b, _ in after})
+    return [[b, math.sqrt(ratio_at(before, b) * ratio_at(after, b))] for b in sizes]
+
+
+def at_span_level(profile: HardwareProfile) -> HardwareProfile:
+    """``profile`` (at the level checked before the runs) at the level of the runs' span: every
+    per-call curve at the geometric mean of the check before the runs and the one after them,
+    size by size (``span_levels``), kept as ``call_level["span"]`` (its levels and the mean of
+    the two single levels). Why the mean: the runs lie between the two checks, and what the
+    machine did in between is not measured; on the three draws with both checks (2026120722,
+    2026120723, 2026120801; seen) train's median |error| went 11.6 -> 10.7, 4.3 -> 3.6,
+    11.7 -> 9.6 % from the level before alone. Unchanged (no ``span``) when either check failed
+    or is missing: the level before stands, or the calibration's."""
+    record = dict(profile.call_level or {})
+    after = record.get("after") or {}
+    if "failed" in record or "failed" in after or not record.get("levels") or not after.get("levels"):
+        return profile
+    before_levels, after_levels = record["levels"], after["levels"]
+    span = span_levels(before_levels, after_levels)
+
+    def factor(figure: str, nbytes: float) -> float:  # the curves are at the level before: divide it out
+        return ratio_at(span, nbytes) / ratio_at(before_levels, nbytes)
+    record["span"] = {"levels": span, "level": math.sqrt(float(record["level"]) * float(after["level"]))}
+    return dataclasses.replace(scale_call_curves(profile, factor), call_level=record)
 
 
 def level_drift(record: Optional[dict]) -> Optional[float]:

@@ -221,10 +221,17 @@ def validate(spec: ExperimentSpec, *, out: Optional[Path] = None, address: Optio
 def level_after_runs(profile: HardwareProfile, calibrated: HardwareProfile, say: Callable[[str], None],
                      measure: Optional[Callable[..., HardwareProfile]] = None) -> HardwareProfile:
     """``profile`` with the per-call level checked again after the last config (one round against
-    the ``calibrated`` curves) kept as its ``call_level["after"]``, and that level said beside the
-    one the runs were predicted at; recorded, not applied (``testbed.calibration.level``,
-    ``with_level_after``). A failed check is said and kept the same way: the runs lose nothing."""
-    from testbed.calibration.level import failed_level_record, level_drift, measure_call_level, with_level_after
+    the ``calibrated`` curves) kept as its ``call_level["after"]``, that level said beside the one
+    checked before the runs, and the runs predicted at the level of their span, the two checks'
+    geometric mean (``testbed.calibration.level``, ``with_level_after``, ``at_span_level``). A
+    failed check is said and kept the same way, and the level before stands: the runs lose nothing."""
+    from testbed.calibration.level import (
+        at_span_level,
+        failed_level_record,
+        level_drift,
+        measure_call_level,
+        with_level_after,
+    )
     try:
         checked = (measure or measure_call_level)(calibrated, say, repeats=1)
         after = checked.call_level or {}
@@ -234,11 +241,13 @@ def level_after_runs(profile: HardwareProfile, calibrated: HardwareProfile, say:
         return with_level_after(profile, failed_level_record(reason))
     if "level" not in after:  # a profile without per-call curves: nothing was checked
         return profile
-    profile = with_level_after(profile, after)
+    profile = at_span_level(with_level_after(profile, after))
     drift = level_drift(profile.call_level)
     if drift is not None:
+        span = profile.call_level.get("span") or {}
+        at = f"; the runs are predicted at their span's x{span['level']:.2f}" if "level" in span else ""
         say(f"the per-call level after the runs: x{after['level']:.2f} of the calibration's "
-            f"(before them x{profile.call_level['level']:.2f}; moved x{drift:.2f} while the configs ran)")
+            f"(before them x{profile.call_level['level']:.2f}; moved x{drift:.2f} while the configs ran{at})")
         if not DRIFT_BOUNDS[0] <= drift <= DRIFT_BOUNDS[1]:
             say(f"warning: the machine's per-call cost moved x{drift:.2f} while the configs ran: the errors "
                 "of this folder hold that drift as well as the model's (docs/validation.md, \"The level "

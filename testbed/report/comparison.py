@@ -126,10 +126,13 @@ def _drift_text(profile: Optional[HardwareProfile]) -> str:
     drift = level_drift(level)
     if drift is None:
         return ""
+    span = level.get("span") or {}
+    at = (f"the runs are predicted at their span's level, x{span['level']:.2f}, the two checks' geometric mean"
+          if "level" in span else "the runs are predicted at the first")
     return (f"\nThe machine while the configs ran: the per-call level checked before the first config read "
-            f"x{level['level']:.2f} of the calibration's (the runs are predicted at it), the one after the last "
-            f"x{level['after']['level']:.2f}: it moved x{drift:.2f} in between. Past a quarter either way, "
-            f"the errors below hold that drift as well as the model's.\n")
+            f"x{level['level']:.2f} of the calibration's, the one after the last "
+            f"x{level['after']['level']:.2f}: it moved x{drift:.2f} in between; {at}. Past a quarter either "
+            f"way, the errors below hold that drift as well as the model's.\n")
 
 
 def heldout_markdown(comparison: Comparison, worst: int = 5) -> str:

@@ -117,13 +117,21 @@ def _level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [(f"per-call level of the runs' session{when}: {figure}", _by_size(points))
             for figure, points in level.get("ratios", {}).items() if points]
     levels = level.get("levels")
+    span = level.get("span") or {}
+    # With the check after the runs, the level before them is one end of the span, not what predicts.
+    what = "the level before the runs" if span else "applied to every per-call curve"
     if _differ(levels):
-        rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve, by size "
+        rows.append((f"per-call level of the runs' session{when}: {what}, by size "
                      f"(the sizes' medians run one way)", _by_size(levels)))
     elif "level" in level:
-        rows.append((f"per-call level of the runs' session{when}: applied to every per-call curve",
-                     f"x{level['level']:.2f}"))
-    return rows + _after_rows(level)
+        rows.append((f"per-call level of the runs' session{when}: {what}", f"x{level['level']:.2f}"))
+    rows += _after_rows(level)
+    if span:
+        label = ("per-call level of the runs' span (the geometric mean of the checks before and after them): "
+                 "applied to every per-call curve")
+        rows.append((label + ", by size", _by_size(span["levels"])) if _differ(span.get("levels"))
+                    else (label, f"x{span['level']:.2f}"))
+    return rows
 
 
 def _after_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
@@ -139,8 +147,9 @@ def _after_rows(level: dict[str, Any]) -> list[tuple[str, str]]:
     drift = level_drift(level)
     moved = f"; before them x{level['level']:.2f}, moved x{drift:.2f} while the configs ran" if drift is not None else ""
     rounds = after.get("repeats", 1)
+    use = "one end of the runs' span" if level.get("span") else "recorded, not applied"
     return [(label, f"x{after['level']:.2f} of the calibration's ({rounds} round{'s' if rounds != 1 else ''}; "
-                    f"recorded, not applied{moved})")]
+                    f"{use}{moved})")]
 
 
 def _read_level_rows(level: dict[str, Any]) -> list[tuple[str, str]]:

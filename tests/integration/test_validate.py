@@ -108,7 +108,12 @@ def test_the_per_call_level_is_checked_again_after_the_runs(validated):
     assert all([b for b, _ in rows] == [float(n) for n in CHECK_SIZES] for rows in after["ratios"].values())
     assert after["measured"] >= level["measured"]
     assert 1 / 3 <= after["level"] <= 3 and level_drift(level) == pytest.approx(after["level"] / level["level"])
-    assert "per-call level after the runs" in (validated.path / "report.md").read_text()
+    # the runs were predicted at their span's level, between the two checks
+    assert level["span"]["level"] == pytest.approx((after["level"] * level["level"]) ** 0.5)
+    assert all(min(a, b) - 1e-9 <= s <= max(a, b) + 1e-9 for (_, a), (_, b), (_, s) in
+               zip(level["levels"], after["levels"], level["span"]["levels"]))
+    report = (validated.path / "report.md").read_text()
+    assert "per-call level after the runs" in report and "per-call level of the runs' span" in report
 
 
 def test_the_step_reads_level_is_checked_in_the_runs_session(validated):

@@ -224,8 +224,14 @@ def test_the_check_after_the_runs_measures_against_the_calibration_and_warns_on_
     said = []
     steady = level_after_runs(before, base, said.append, measure=measure_at(1.1))
     assert seen[-1] == (base, 1)  # one round, against the calibrated curves (not the leveled ones)
-    assert steady.call_costs == before.call_costs and steady.call_level["after"]["level"] == 1.1
-    assert any("moved x1.10" in line for line in said) and not any(line.startswith("warning") for line in said)
+    assert steady.call_level["after"]["level"] == 1.1
+    # the runs predicted at their span's level: every curve at the two checks' geometric mean
+    assert steady.call_level["span"]["level"] == pytest.approx(1.1 ** 0.5)
+    for got, was in zip(steady.call_costs, before.call_costs):
+        for (b, v), (b0, v0) in zip(got.worker_push_s.points, was.worker_push_s.points):
+            assert b == b0 and v == pytest.approx(v0 * 1.1 ** 0.5)
+    assert any("moved x1.10" in line and "span's x1.05" in line for line in said)
+    assert not any(line.startswith("warning") for line in said)
     said.clear()
     moved = level_after_runs(before, base, said.append, measure=measure_at(DRIFT_BOUNDS[0] * 0.9))
     assert moved.call_level["after"]["level"] == pytest.approx(DRIFT_BOUNDS[0] * 0.9)
@@ -256,3 +262,37 @@ def test_the_held_out_section_says_how_far_the_machine_moved_while_the_configs_r
     moved = with_level_after(before, {"measured": "later", "level": 0.9, "ratios": {}})
     text = _drift_text(moved)
     assert "read x1.34 of the calibration's" in text and "x0.90" in text and "moved x0.67" in text
+    assert "predicted at the first" in text
+    from testbed.calibration.level import at_span_level
+    spanned = at_span_level(with_level_after(before, {"measured": "later", "level": 0.9, "levels": [[4096.0, 0.9]]}))
+    assert "predicted at their span's level, x1.10" in _drift_text(spanned)
+
+
+def test_the_runs_are_predicted_at_the_geometric_mean_of_the_checks_size_by_size():
+    from testbed.calibration.level import FIGURES, at_span_level, span_levels, with_level_after
+    base = profile(costs(1))
+    before_levels, after_levels = [[4096.0, 1.44], [8.0 * MIB, 0.81]], [[4096.0, 1.0], [8.0 * MIB, 1.0]]
+    assert span_levels(before_levels, after_levels) == [[4096.0, pytest.approx(1.2)], [8.0 * MIB, pytest.approx(0.9)]]
+    before = apply_call_level(base, {f: before_levels for f in FIGURES},
+                              {"measured": "then", "ratios": {"push": before_levels}, "level": 1.1, "levels": before_levels})
+    after = {"measured": "later", "ratios": {"push": after_levels}, "level": 1.0, "levels": after_levels}
+    span = at_span_level(with_level_after(before, after))
+    want = apply_call_level(base, {f: span_levels(before_levels, after_levels) for f in FIGURES})
+    for got, ref in zip(span.call_costs, want.call_costs):
+        for name in ("worker_push_s", "worker_pull_s", "shard_push_cpu_s", "apply_s"):
+            for (b, v), (b0, v0) in zip(getattr(got, name).points, getattr(ref, name).points):
+                assert b == b0 and v == pytest.approx(v0), (name, b)
+    assert span.call_level["span"]["level"] == pytest.approx(1.1 ** 0.5)
+    assert span.call_level["level"] == 1.1 and span.call_level["after"]["level"] == 1.0  # both checks kept
+    rows = dict(profile_rows(HardwareProfile.from_dict(json.loads(profile_text(span)))))
+    assert rows["per-call level of the runs' session (checked then): the level before the runs, by size "
+                "(the sizes' medians run one way)"] == "4 KiB: x1.44; 8 MiB: x0.81"
+    assert rows["per-call level of the runs' span (the geometric mean of the checks before and after them): "
+                "applied to every per-call curve, by size"] == "4 KiB: x1.20; 8 MiB: x0.90"
+    assert "one end of the runs' span" in rows["per-call level after the runs (checked later)"]
+    # either check failed: the level before stands (or the calibration's), nothing is scaled
+    for kept in (at_span_level(with_level_after(before, {"measured": "later", "failed": "x"})),
+                 at_span_level(with_level_after(dataclasses.replace(base, call_level={"failed": "no Ray"}), after)),
+                 at_span_level(before)):
+        assert "span" not in kept.call_level
+        assert kept.call_costs in (before.call_costs, base.call_costs)
