@@ -230,10 +230,11 @@ class Worker:
                 self.crashed_steps.add(step)
                 self.crash(step)
             if step_input is not None:
-                waited, (read_wall, _) = waited_ns(), rec.now()
+                waited = waited_ns()  # of the read, the wait for a core (outside its timing: ~10 us each)
+                read_wall = rec.now()[0] if waited is not None else 0
                 with rec.timed(Phase.READ, step, step_input.step_bytes):
                     step_input.read_step()
-                if waited is not None:  # of the read, the wait for a core (outside its timing: ~10 us each)
+                if waited is not None:
                     rec.record(Phase.READ_RUNQ, step, read_wall, max(0, (waited_ns() or waited) - waited))
             with rec.timed(Phase.COMPUTE, step):
                 self.compute.run(step)

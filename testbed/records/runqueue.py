@@ -18,17 +18,16 @@ from typing import Optional
 __all__ = ["waited_ns", "SCHEDSTAT"]
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
-_missing = False   # set once the file is found absent, so a machine without it pays one try
+_missing: set[str] = set()   # files found absent or unreadable, so a machine without one pays one try
 
 
 def waited_ns(path: str = SCHEDSTAT) -> Optional[int]:
     """The calling thread's time on a run queue so far (ns), or None where it is not known."""
-    global _missing
-    if _missing:
+    if path in _missing:
         return None
     try:
         with open(path, "rb") as f:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
-        _missing = True
+        _missing.add(path)
         return None

@@ -14,7 +14,7 @@ from tests.factories import run_config as config
 
 @pytest.fixture
 def fresh(monkeypatch):
-    monkeypatch.setattr(runqueue, "_missing", False)
+    monkeypatch.setattr(runqueue, "_missing", set())
 
 
 def test_the_wait_is_the_second_figure_of_the_file(tmp_path, fresh):
@@ -24,10 +24,13 @@ def test_the_wait_is_the_second_figure_of_the_file(tmp_path, fresh):
 
 
 def test_without_the_file_it_says_none_and_stops_trying(tmp_path, fresh):
-    assert runqueue.waited_ns(str(tmp_path / "absent")) is None
+    absent = tmp_path / "absent"
+    assert runqueue.waited_ns(str(absent)) is None
+    absent.write_text("1 2 3\n")
+    assert runqueue.waited_ns(str(absent)) is None  # one try per process
     f = tmp_path / "schedstat"
     f.write_text("1 2 3\n")
-    assert runqueue.waited_ns(str(f)) is None  # one try per process
+    assert runqueue.waited_ns(str(f)) == 2  # another file is not taken for the missing one
 
 
 def test_a_malformed_file_says_none(tmp_path, fresh):
